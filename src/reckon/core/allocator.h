@@ -1,0 +1,107 @@
+// The tagged allocator: every byte reckon holds is allocated here with one tag, and the
+// tracker's live/peak accounts per tag are the memory ledger. The meta device allocates
+// nothing but keeps the very same accounts, so a prediction is the training code run dry.
+// Not a caching allocator: cpu memory comes from aligned_alloc and goes back on free.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reckon/core/dtype.h"
+
+namespace reckon {
+
+enum class Tag : uint8_t { input, param, grad, optimizer, activation, temporary, workspace };
+constexpr int kNumTags = 7;
+
+constexpr std::string_view tag_name(Tag t) {
+  constexpr std::string_view names[] = {"input",      "param",     "grad",     "optimizer",
+                                        "activation", "temporary", "workspace"};
+  return names[int(t)];
+}
+
+// One entry of the memory timeline.
+struct MemEvent {
+  enum Kind : uint8_t { alloc, free, retag } kind;
+  Tag tag;        // for retag: the new tag
+  Tag from;       // for retag: the old tag
+  int64_t bytes;
+  int64_t live_total_bytes;  // after the event
+};
+
+// Accounts of one device. All figures in bytes.
+struct MemStats {
+  std::array<int64_t, kNumTags> live_bytes{};
+  std::array<int64_t, kNumTags> peak_bytes{};       // per-tag peak, each at its own moment
+  std::array<int64_t, kNumTags> at_peak_bytes{};    // per-tag live at the moment of total peak
+  int64_t live_total_bytes = 0;
+  int64_t peak_total_bytes = 0;
+  int64_t num_allocs = 0;
+};
+
+class MemoryTracker {
+ public:
+  void on_alloc(Tag t, int64_t bytes);
+  void on_free(Tag t, int64_t bytes);
+  void on_retag(Tag from, Tag to, int64_t bytes);
+  MemStats stats() const;
+  // Starts a new peak window: peaks become the current live figures; the timeline is cleared.
+  void reset_peak();
+  void set_timeline(bool on);
+  std::vector<MemEvent> timeline() const;
+
+ private:
+  void bump_peak_locked();
+  mutable std::mutex mu_;
+  MemStats s_;
+  bool timeline_on_ = false;
+  std::vector<MemEvent> events_;
+};
+
+MemoryTracker& tracker(Device d);
+
+// The tag given to allocations made on this thread while the guard lives (default: temporary).
+Tag current_tag();
+class TagGuard {
+ public:
+  explicit TagGuard(Tag t);
+  ~TagGuard();
+  TagGuard(const TagGuard&) = delete;
+  TagGuard& operator=(const TagGuard&) = delete;
+
+ private:
+  Tag prev_;
+};
+
+// A block of device memory with one tag. data is null on the meta device.
+// saved_refs counts the autograd nodes that keep it alive for backward; while it is > 0 a
+// temporary block is accounted as an activation.
+class Storage {
+ public:
+  Storage(Device d, int64_t bytes, Tag t);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  Tag tag() const { return tag_; }
+  void retag(Tag t);
+  void add_saved_ref();
+  void drop_saved_ref();
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  Device device_;
+  Tag tag_;
+  int saved_refs_ = 0;
+};
+
+}  // namespace reckon

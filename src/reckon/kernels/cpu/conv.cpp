@@ -1,0 +1,193 @@
+// oneDNN convolution: forward, backward data, backward weights (+ bias), f32 and bf16.
+// User tensors are plain NCHW / OIHW; the primitive picks its own layouts (format `any`) and
+// we reorder in and out through workspace buffers, since the blocked jit kernels beat any
+// plain-layout kernel by far on AVX-512. Plans are built once per shape and reused.
+#include <fmt/format.h>
+
+#include "reckon/kernels/cpu/dnnl_common.h"
+#include "reckon/ops/conv.h"
+#include "reckon/ops/dispatch.h"
+
+namespace reckon {
+
+namespace {
+using namespace dnnl_util;
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct ConvGeo {
+  memory::dims x, w, y, b, stride, dil, pad_l, pad_r;
+  memory::dims w_user;  // OIHW or GOIHW
+  tag w_tag;
+};
+
+ConvGeo conv_geo(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
+  ConvGeo g;
+  g.x = dims_of(x);
+  g.y = dims_of(y);
+  g.b = {w[0]};
+  g.stride = {a.stride[0], a.stride[1]};
+  g.dil = {a.dilation[0] - 1, a.dilation[1] - 1};
+  g.pad_l = {a.padding[0], a.padding[1]};
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = x[size_t(2 + i)], k = w[size_t(2 + i)], out = y[size_t(2 + i)];
+    g.pad_r.push_back((out - 1) * a.stride[size_t(i)] + (k - 1) * a.dilation[size_t(i)] + 1 - in - a.padding[size_t(i)]);
+  }
+  if (a.groups > 1) {
+    g.w = {a.groups, w[0] / a.groups, w[1], w[2], w[3]};
+    g.w_tag = tag::goihw;
+  } else {
+    g.w = dims_of(w);
+    g.w_tag = tag::oihw;
+  }
+  g.w_user = g.w;
+  return g;
+}
+
+std::string conv_key(const char* kind, const Shape& x, const Shape& w, const ConvAttrs& a, DType t, bool bias) {
+  return fmt::format("{}:{}:{}:{},{},{},{},{},{},{}:{}:{}", kind, shape_str(x), shape_str(w), a.stride[0],
+                     a.stride[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups, int(t), bias);
+}
+
+dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_type t, bool bias) {
+  auto any = tag::any;
+  auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                  memory::desc(g.x, t, any), memory::desc(g.w, t, any),
+                                                  memory::desc(g.b, t, tag::a), memory::desc(g.y, t, any),
+                                                  g.stride, g.dil, g.pad_l, g.pad_r)
+                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                  memory::desc(g.x, t, any), memory::desc(g.w, t, any),
+                                                  memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, default_attr(), engine());
+}
+
+struct FwdPlan {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+};
+struct BwdDataPlan {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+};
+struct BwdWeightPlan {
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+};
+
+Support check(const Tensor& t, const ConvGeo& g) {
+  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16) return Support::no("dtype is not f32 or bf16");
+  for (auto p : g.pad_r)
+    (void)p;  // oneDNN accepts a negative right padding (floor-mode output sizes)
+  return Support::yes();
+}
+
+// Copies a primitive-layout result back into the user's plain tensor.
+void reorder_out(const memory& from, const memory& user) {
+  if (from.get_desc() == user.get_desc()) return;
+  dnnl::reorder(from, user).execute(stream(), const_cast<memory&>(from), const_cast<memory&>(user));
+  stream().wait();
+}
+}  // namespace
+
+Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1];
+  bool bias = in.size() > 2 && in[2].defined();
+  Tensor& y = out[0];
+  ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
+  if (Support s = check(x, g); !s.ok) return s;
+  auto t = dt(x.dtype());
+  static PlanCache<FwdPlan> cache;
+  auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
+    auto pd = fwd_pd(g, t, bias);
+    return FwdPlan{pd, dnnl::convolution_forward(pd)};
+  });
+  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
+  memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
+  Tensor hx, hw, hy;
+  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
+  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
+  memory ym = yu;
+  if (plan.pd.dst_desc() != yu.get_desc()) {
+    hy = ctx.workspace(int64_t(plan.pd.dst_desc().get_size()));
+    ym = memory(plan.pd.dst_desc(), engine(), hy.raw_data());
+  }
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
+  if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  reorder_out(ym, yu);
+  return Support::yes();
+}
+
+Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &dy = in[0], &w = in[1];
+  Tensor& dx = out[0];
+  ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
+  if (Support s = check(dy, g); !s.ok) return s;
+  auto t = dt(dy.dtype());
+  static PlanCache<BwdDataPlan> cache;
+  auto& plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
+    auto hint = fwd_pd(g, t, false);
+    auto any = tag::any;
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, memory::desc(g.x, t, any),
+                                            memory::desc(g.w, t, any), memory::desc(g.y, t, any), g.stride,
+                                            g.dil, g.pad_l, g.pad_r);
+    auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
+    return BwdDataPlan{pd, dnnl::convolution_backward_data(pd)};
+  });
+  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
+  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
+  memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
+  Tensor hdy, hw, hdx;
+  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
+  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
+  memory dxm = dxu;
+  if (plan.pd.diff_src_desc() != dxu.get_desc()) {
+    hdx = ctx.workspace(int64_t(plan.pd.diff_src_desc().get_size()));
+    dxm = memory(plan.pd.diff_src_desc(), engine(), hdx.raw_data());
+  }
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
+          {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
+  reorder_out(dxm, dxu);
+  return Support::yes();
+}
+
+Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &dy = in[0], &x = in[1];
+  Tensor& dw = out[0];
+  ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
+  if (Support s = check(dy, g); !s.ok) return s;
+  auto t = dt(dy.dtype());
+  static PlanCache<BwdWeightPlan> cache;
+  auto& plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
+    auto hint = fwd_pd(g, t, a.with_bias);
+    auto any = tag::any;
+    auto d = a.with_bias
+                 ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, memory::desc(g.x, t, any),
+                                                            memory::desc(g.w, t, any), memory::desc(g.b, t, tag::a),
+                                                            memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r)
+                 : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, memory::desc(g.x, t, any),
+                                                            memory::desc(g.w, t, any), memory::desc(g.y, t, any),
+                                                            g.stride, g.dil, g.pad_l, g.pad_r);
+    auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
+    return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd)};
+  });
+  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
+  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
+  Tensor hdy, hx, hdw;
+  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
+  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
+  memory dwm = dwu;
+  if (plan.pd.diff_weights_desc() != dwu.get_desc()) {
+    hdw = ctx.workspace(int64_t(plan.pd.diff_weights_desc().get_size()));
+    dwm = memory(plan.pd.diff_weights_desc(), engine(), hdw.raw_data());
+  }
+  std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
+  if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  reorder_out(dwm, dwu);
+  return Support::yes();
+}
+
+}  // namespace reckon

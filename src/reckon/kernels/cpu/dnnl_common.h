@@ -1,0 +1,72 @@
+// Shared oneDNN plumbing for the cpu kernels: one engine and stream, a cache of primitives
+// keyed by the call's shapes and attributes (plan once, reuse), scratchpads allocated through
+// the kernel context so they are tagged `workspace` in the memory accounts.
+#pragma once
+#include <dnnl.hpp>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "reckon/ops/op.h"
+
+namespace reckon::dnnl_util {
+
+dnnl::engine& engine();
+dnnl::stream& stream();
+
+inline dnnl::memory::data_type dt(DType t) {
+  switch (t) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    case DType::i8: return dnnl::memory::data_type::s8;
+    case DType::u8: return dnnl::memory::data_type::u8;
+    case DType::i32: return dnnl::memory::data_type::s32;
+    default: return dnnl::memory::data_type::undef;
+  }
+}
+
+inline dnnl::memory::dims dims_of(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
+
+// A dense row-major memory descriptor of a tensor.
+inline dnnl::memory::desc plain_desc(const Tensor& t) {
+  return dnnl::memory::desc(dims_of(t.shape()), dt(t.dtype()), dims_of(contiguous_strides(t.shape())));
+}
+
+inline dnnl::memory mem(const dnnl::memory::desc& d, const Tensor& t) {
+  return dnnl::memory(d, engine(), t.raw_data());
+}
+
+// Primitive attributes every kernel uses: user-managed scratchpad.
+inline dnnl::primitive_attr default_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// Cache of planned primitives (pd + primitive), one per op kind and key.
+template <class Entry>
+class PlanCache {
+ public:
+  template <class Make>
+  Entry& get(const std::string& key, Make&& make) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) it = map_.emplace(key, make()).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> map_;
+};
+
+// Runs a primitive with the scratchpad it asks for (tagged workspace).
+void execute(KernelCtx& ctx, const dnnl::primitive& p, const dnnl::memory::desc& scratch_desc,
+             std::unordered_map<int, dnnl::memory> args);
+
+// Reorders a tensor between layouts into a workspace buffer; returns the memory.
+dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::memory::desc& dst_desc,
+                        Tensor& holder);
+
+}  // namespace reckon::dnnl_util

@@ -1,0 +1,52 @@
+// 2-D convolution (cross-correlation, as PyTorch), forward and its two backward ops.
+// x (N, C, H, W), w (O, C/groups, KH, KW), b (O), y (N, O, HO, WO).
+// MACs = N * O * HO * WO * (C/groups) * KH * KW: every kernel tap of every output, padding
+// included (the textbook's formula; the reference kernel counts the same taps).
+#pragma once
+#include <array>
+
+#include "reckon/ops/op.h"
+
+namespace reckon {
+
+struct ConvAttrs {
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+// Output spatial size of a conv/pool window, or an error naming op and sizes.
+int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,
+                      int64_t dilation, bool ceil_mode = false);
+
+struct Conv2d {
+  static constexpr std::string_view kName = "conv2d";
+  static constexpr std::string_view kOnnx = "Conv";
+  RK_OP_DECLS(ConvAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+  RK_OP_BACKWARD;
+};
+
+// in = (dy (N, O, HO, WO), w) -> dx (N, C, H, W).
+struct Conv2dBackwardInput {
+  static constexpr std::string_view kName = "conv2d_backward_input";
+  static constexpr std::string_view kNotExportable = "backward op";
+  static constexpr std::string_view kNoGradient = "backward op";
+  struct A { ConvAttrs conv; Shape x_shape; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+// in = (dy (N, O, HO, WO), x) -> dw (O, C/groups, KH, KW) and, when with_bias, db (O).
+struct Conv2dBackwardWeight {
+  static constexpr std::string_view kName = "conv2d_backward_weight";
+  static constexpr std::string_view kNotExportable = "backward op";
+  static constexpr std::string_view kNoGradient = "backward op";
+  struct A { ConvAttrs conv; Shape w_shape; bool with_bias = false; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+}  // namespace reckon

@@ -1,0 +1,140 @@
+// The dispatcher: the one path every op call takes.
+//   infer -> allocate outputs (tagged current_tag()) -> report cost -> run a kernel
+//   (meta: none; cpu: the fast kernel if it accepts the call, else the reference) ->
+//   record an autograd node that keeps exactly the op's declared saved set.
+#pragma once
+#include <array>
+
+#include "reckon/ops/node.h"
+#include "reckon/ops/op.h"
+
+namespace reckon {
+
+template <class Op>
+struct OpNode final : Node {
+  typename Op::Attrs attrs;
+  std::vector<SavedTensor> saved_in, saved_out;
+  std::vector<TensorSpec> in_specs;
+  std::vector<bool> needs_grad;
+
+  std::string_view name() const override { return Op::kName; }
+  void release() override {
+    saved_in.clear();
+    saved_out.clear();
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
+    if constexpr (HasBackward<Op>) {
+      BackwardArgs b;
+      for (auto& s : saved_in) b.inputs.push_back(s.get());
+      for (auto& s : saved_out) b.outputs.push_back(s.get());
+      b.input_specs = in_specs;
+      b.grad_outputs = std::move(grad_outputs);
+      b.needs_grad = needs_grad;
+      return Op::backward(b, attrs);
+    } else {
+      throw Error(fmt::format("[{}] has no gradient: {}", Op::kName, Op::kNoGradient));
+    }
+  }
+};
+
+namespace detail {
+void check_same_device(std::string_view op, std::span<const Tensor> in, Device& dev);
+Tensor contiguous_copy(const Tensor& t);  // plain copy, no autograd
+void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
+            std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
+            int64_t workspace_bytes, int64_t saved_bytes);
+}  // namespace detail
+
+template <class Op>
+std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs = {}) {
+  static_assert(OpDef<Op>);
+  Device dev = Device::cpu;
+  detail::check_same_device(Op::kName, in, dev);
+  std::vector<TensorSpec> specs = Op::infer(in, attrs);
+  std::vector<Tensor> out;
+  out.reserve(specs.size());
+
+  Cost cost = Op::cost(in, specs, attrs);
+  std::string_view kernel = "none";
+  std::string skipped;
+  int64_t counted = -1, ws = 0;
+
+  if constexpr (HasViewKernel<Op>) {
+    out.push_back(Op::view(in, attrs));
+    kernel = "view";
+  } else {
+    for (auto& t : in)
+      if (t.defined() && !t.is_contiguous()) t = detail::contiguous_copy(t);
+    for (auto& s : specs) out.push_back(Tensor::empty(s.shape, s.dtype, dev));
+    if (dev == Device::cpu) {
+      KernelCtx ctx;
+      bool done = false;
+      if constexpr (HasCpuKernel<Op>) {
+        if (!force_reference()) {
+          Support s = Op::cpu(ctx, in, out, attrs);
+          done = s.ok;
+          if (!done) skipped = s.why;
+        } else {
+          skipped = "reference forced";
+        }
+      } else {
+        skipped = "no cpu kernel";
+      }
+      if (done) {
+        kernel = "cpu";
+      } else {
+        Op::ref(ctx, in, out, attrs);
+        kernel = "ref";
+        counted = ctx.macs_counted();
+      }
+      ws = ctx.workspace_bytes();
+    } else if (dev == Device::cuda) {
+      throw Error(fmt::format("[{}] this build has no cuda kernels", Op::kName));
+    }
+  }
+
+  int64_t saved_bytes = 0;
+  bool any_grad = false;
+  if (grad_enabled())
+    for (auto& t : in) any_grad = any_grad || t.requires_grad();
+  if (any_grad) {
+    {
+      auto node = std::make_shared<OpNode<Op>>();
+      node->attrs = attrs;
+      node->scope = current_scope();
+      node->num_outputs = int(out.size());
+      SavedSet ss = Op::saved(attrs);
+      for (size_t i = 0; i < in.size(); ++i) {
+        node->in_specs.push_back(in[i].defined() ? in[i].spec() : TensorSpec{});
+        node->needs_grad.push_back(in[i].requires_grad());
+        node->next.push_back(gradient_edge(in[i]));
+        bool keep = (ss.inputs >> i) & 1u;
+        if (keep && in[i].defined() && in[i].storage().tag() == Tag::temporary)
+          saved_bytes += in[i].nbytes();
+        node->saved_in.emplace_back(keep ? SavedTensor(in[i]) : SavedTensor());
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        bool keep = (ss.outputs >> i) & 1u;
+        if (keep) saved_bytes += out[i].nbytes();
+        node->saved_out.emplace_back(keep ? SavedTensor(out[i]) : SavedTensor());
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (!is_floating(out[i].dtype())) continue;
+        auto& im = out[i].impl();
+        im.requires_grad = true;
+        im.grad_fn = node;
+        im.output_nr = int(i);
+      }
+    }
+  }
+  if (observing_ops()) detail::report(Op::kName, cost, kernel, std::move(skipped), in, out, counted, ws, saved_bytes);
+  return out;
+}
+
+// Single-output convenience.
+template <class Op>
+Tensor call1(std::vector<Tensor> in, const typename Op::Attrs& attrs = {}) {
+  return call<Op>(std::move(in), attrs)[0];
+}
+
+}  // namespace reckon

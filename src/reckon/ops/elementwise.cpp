@@ -1,0 +1,135 @@
+#include "reckon/ops/elementwise.h"
+
+#include "reckon/ops/dispatch.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/shape_ops.h"
+
+namespace reckon {
+
+// ---- binary ----
+template <class F>
+std::vector<TensorSpec> Binary<F>::infer(std::span<const Tensor> in, const Attrs&) {
+  RK_CHECK(in.size() == 2 && in[0].defined() && in[1].defined(), "[{}] needs two tensors", F::kName);
+  RK_CHECK(in[0].dtype() == in[1].dtype(), "[{}] dtypes differ: {} and {}", F::kName,
+           dtype_name(in[0].dtype()), dtype_name(in[1].dtype()));
+  return {{broadcast_shapes(F::kName, in[0].shape(), in[1].shape()), in[0].dtype()}};
+}
+template <class F>
+Cost Binary<F>::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, 1);
+}
+template <class F>
+SavedSet Binary<F>::saved(const Attrs&) { return {F::kSaved, 0}; }
+
+template <class F>
+std::vector<Tensor> Binary<F>::backward(const BackwardArgs& b, const Attrs&) {
+  const Tensor& dy = b.grad_outputs[0];
+  const Shape& sa = b.input_specs[0].shape;
+  const Shape& sb = b.input_specs[1].shape;
+  Tensor da, db;
+  if constexpr (std::is_same_v<F, AddF>) {
+    if (b.needs_grad[0]) da = sum_to(dy, sa);
+    if (b.needs_grad[1]) db = sum_to(dy, sb);
+  } else if constexpr (std::is_same_v<F, SubF>) {
+    if (b.needs_grad[0]) da = sum_to(dy, sa);
+    if (b.needs_grad[1]) db = scale(sum_to(dy, sb), -1.0);
+  } else if constexpr (std::is_same_v<F, MulF>) {
+    if (b.needs_grad[0]) da = sum_to(mul(dy, b.inputs[1]), sa);
+    if (b.needs_grad[1]) db = sum_to(mul(dy, b.inputs[0]), sb);
+  } else {
+    static_assert(std::is_same_v<F, DivF>);
+    if (b.needs_grad[0]) da = sum_to(div(dy, b.inputs[1]), sa);
+    if (b.needs_grad[1])  // d(a/b)/db = -a / b^2
+      db = sum_to(scale(div(mul(dy, b.inputs[0]), square(b.inputs[1])), -1.0), sb);
+  }
+  return {da, db};
+}
+
+#define RK_INST_BINARY(F) template struct Binary<F>;
+RK_BINARY_FUNCTORS(RK_INST_BINARY)
+
+// ---- affine ----
+std::vector<TensorSpec> Affine::infer(std::span<const Tensor> in, const Attrs&) {
+  RK_CHECK(is_floating(in[0].dtype()), "[affine] needs a floating tensor, got {}", dtype_name(in[0].dtype()));
+  return {in[0].spec()};
+}
+Cost Affine::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, 2);
+}
+SavedSet Affine::saved(const Attrs&) { return {}; }
+std::vector<Tensor> Affine::backward(const BackwardArgs& b, const Attrs& a) {
+  return {scale(b.grad_outputs[0], a.alpha)};
+}
+
+// ---- unary ----
+template <class F>
+std::vector<TensorSpec> Unary<F>::infer(std::span<const Tensor> in, const Attrs&) {
+  RK_CHECK(in.size() == 1 && in[0].defined(), "[{}] needs one tensor", F::kName);
+  RK_CHECK(is_floating(in[0].dtype()), "[{}] needs a floating tensor, got {}", F::kName,
+           dtype_name(in[0].dtype()));
+  return {in[0].spec()};
+}
+template <class F>
+Cost Unary<F>::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, F::kFlops);
+}
+template <class F>
+SavedSet Unary<F>::saved(const Attrs&) {
+  return F::kSavesOutput ? SavedSet{0, 1} : SavedSet{1, 0};
+}
+template <class F>
+std::vector<Tensor> Unary<F>::backward(const BackwardArgs& b, const Attrs& a) {
+  const Tensor& s = F::kSavesOutput ? b.outputs[0] : b.inputs[0];
+  return {call1<UnaryBackward<F>>({b.grad_outputs[0], s}, a)};
+}
+
+template <class F>
+std::vector<TensorSpec> UnaryBackward<F>::infer(std::span<const Tensor> in, const Attrs&) {
+  RK_CHECK(in.size() == 2 && in[0].shape() == in[1].shape() && in[0].dtype() == in[1].dtype(),
+           "[{}] gradient {} and saved {} differ", F::kGradName, in[0].str(), in[1].str());
+  return {in[0].spec()};
+}
+template <class F>
+Cost UnaryBackward<F>::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, F::kFlops + 1);
+}
+template <class F>
+SavedSet UnaryBackward<F>::saved(const Attrs&) { return {}; }
+
+#define RK_INST_UNARY(F) template struct Unary<F>; template struct UnaryBackward<F>;
+RK_UNARY_FUNCTORS(RK_INST_UNARY)
+
+// ---- functional ----
+Tensor add(const Tensor& a, const Tensor& b) { return call1<Add>({a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return call1<Sub>({a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return call1<Mul>({a, b}); }
+Tensor div(const Tensor& a, const Tensor& b) { return call1<Div>({a, b}); }
+Tensor affine(const Tensor& x, double alpha, double beta) { return call1<Affine>({x}, {alpha, beta}); }
+Tensor scale(const Tensor& x, double alpha) { return alpha == 1.0 ? x : affine(x, alpha, 0.0); }
+Tensor neg(const Tensor& x) { return affine(x, -1.0, 0.0); }
+Tensor exp(const Tensor& x) { return call1<Exp>({x}); }
+Tensor log(const Tensor& x) { return call1<Log>({x}); }
+Tensor square(const Tensor& x) { return call1<Square>({x}); }
+Tensor relu(const Tensor& x) { return call1<Relu>({x}); }
+Tensor relu6(const Tensor& x) { return call1<Relu6>({x}); }
+Tensor leaky_relu(const Tensor& x, double slope) { return call1<LeakyRelu>({x}, {slope}); }
+Tensor gelu(const Tensor& x) { return call1<Gelu>({x}); }
+Tensor silu(const Tensor& x) { return call1<Silu>({x}); }
+Tensor sigmoid(const Tensor& x) { return call1<Sigmoid>({x}); }
+Tensor tanh(const Tensor& x) { return call1<Tanh>({x}); }
+
+void add_(const Tensor& dst, const Tensor& src) {
+  RK_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[add_] {} += {}", dst.str(), src.str());
+  if (dst.is_meta()) return;
+  Tensor s = src.is_contiguous() ? src : contiguous(src);
+  RK_CHECK(dst.is_contiguous(), "[add_] destination must be contiguous");
+  visit_float(dst.dtype(), "add_", [&]<class T>() {
+    T* d = dst.data<T>();
+    const T* p = s.data<T>();
+    int64_t n = dst.numel();
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] += p[i];
+  });
+}
+
+}  // namespace reckon

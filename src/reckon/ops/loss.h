@@ -1,0 +1,3 @@
+#pragma once
+#include "reckon/ops/op.h"
+#define RK_LOSS_OPS(X)

@@ -1,0 +1,183 @@
+// What an op is. Every op is one struct that carries, in one place:
+//   kName                      the op's name (errors, ledger, ONNX report)
+//   Attrs                      its non-tensor arguments
+//   infer(in, attrs)           output shapes/dtypes, or reckon::Error naming the bad argument
+//   cost(in, out, attrs)       MACs, other FLOPs, bytes read and written
+//   saved(attrs)               which inputs/outputs the autograd node keeps (= activation memory)
+//   ref(ctx, in, out, attrs)   the reference kernel: plain loops, f32 and f64, counts its MACs
+//   cpu(ctx, in, out, attrs)   optional fast kernel; returns Support{false, why} to decline
+//   backward(args, attrs)      input gradients written with other ops, or kNoGradient = "why"
+//   kOnnx = "Conv"             its ONNX mapping, or kNotExportable = "why"
+// Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
+// only code that calls them. This file is not an op registry: the list is op_list.h.
+#pragma once
+#include <concepts>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reckon/core/tensor.h"
+
+namespace reckon {
+
+struct Cost {
+  int64_t macs = 0;           // multiply-accumulates (FLOPs = 2 x MACs)
+  int64_t flops = 0;          // other floating-point operations (adds, exps, compares...)
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  Cost& operator+=(const Cost& o) {
+    macs += o.macs;
+    flops += o.flops;
+    bytes_read += o.bytes_read;
+    bytes_written += o.bytes_written;
+    return *this;
+  }
+};
+
+// Bytes of all defined tensors / specs: the default traffic of an op.
+int64_t bytes_of(std::span<const Tensor> ts);
+int64_t bytes_of(std::span<const TensorSpec> ts);
+// Elementwise default: n flops per output element, reads all inputs, writes all outputs.
+Cost elementwise_cost(std::span<const Tensor> in, std::span<const TensorSpec> out,
+                      int64_t flops_per_elem);
+
+// Which tensors an op's autograd node keeps: bit i of inputs/outputs = keep input/output i.
+struct SavedSet {
+  uint32_t inputs = 0;
+  uint32_t outputs = 0;
+};
+
+// A kernel's answer to "can you run this call?".
+struct Support {
+  bool ok = true;
+  const char* why = "";
+  static Support yes() { return {true, ""}; }
+  static Support no(const char* why) { return {false, why}; }
+};
+
+// What a kernel can ask of the framework while it runs.
+class KernelCtx {
+ public:
+  // Reference kernels report the MACs they actually perform; the op harness checks the sum
+  // against cost().macs.
+  void count_macs(int64_t n) { macs_counted_ += n; }
+  int64_t macs_counted() const { return macs_counted_; }
+  // Scratch memory, tagged `workspace`, freed when the tensor handle dies.
+  Tensor workspace(int64_t bytes);
+  int64_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  int64_t macs_counted_ = 0;
+  int64_t workspace_bytes_ = 0;
+};
+
+// What backward receives. Tensors not in the op's saved set are undefined; every input's
+// spec is kept (shapes are free), as is whether each input needs a gradient.
+struct BackwardArgs {
+  std::vector<Tensor> inputs;         // saved inputs (undefined where not saved)
+  std::vector<Tensor> outputs;        // saved outputs (undefined where not saved)
+  std::vector<TensorSpec> input_specs;
+  std::vector<Tensor> grad_outputs;   // undefined where no gradient flowed
+  std::vector<bool> needs_grad;       // per input
+};
+
+// Everything the dispatcher knows about one op call; observers (ledger, tests) receive it.
+struct OpRecord {
+  std::string_view op;
+  std::string scope;        // module path, e.g. "features.0"
+  bool backward = false;    // ran inside a backward pass
+  Cost cost;
+  std::string_view kernel;  // "cpu", "ref" or "none" (meta)
+  std::string skipped;      // why the fast kernel was not used ("" if it was)
+  std::vector<Shape> in_shapes, out_shapes;
+  int64_t macs_counted = -1;  // what the reference kernel counted, -1 if it did not run
+  int64_t workspace_bytes = 0;
+  int64_t saved_bytes = 0;    // bytes of newly saved-for-backward tensors
+};
+
+using OpObserver = std::function<void(const OpRecord&)>;
+// Installs an observer for the calling thread while the guard lives (they nest).
+class ObserveOps {
+ public:
+  explicit ObserveOps(OpObserver f);
+  ~ObserveOps();
+  ObserveOps(const ObserveOps&) = delete;
+  ObserveOps& operator=(const ObserveOps&) = delete;
+};
+bool observing_ops();
+void notify_ops(const OpRecord& r);
+
+// Module path scope ("layer1.0.conv1"): nn::Module pushes its name while it runs.
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(const std::string& name);
+  ~ScopeGuard();
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+};
+const std::string& current_scope();
+void set_scope_for_backward(const std::string* scope, bool backward);  // engine use
+bool in_backward();
+
+// Forcing the reference kernels (tests compare the fast kernels against them).
+class ForceReference {
+ public:
+  explicit ForceReference(bool on = true);
+  ~ForceReference();
+
+ private:
+  bool prev_;
+};
+bool force_reference();
+
+template <class Op>
+concept HasCpuKernel = requires(KernelCtx& c, std::span<const Tensor> in, std::span<Tensor> out,
+                                const typename Op::Attrs& a) {
+  { Op::cpu(c, in, out, a) } -> std::same_as<Support>;
+};
+template <class Op>
+concept HasBackward = requires(const BackwardArgs& b, const typename Op::Attrs& a) {
+  { Op::backward(b, a) } -> std::same_as<std::vector<Tensor>>;
+};
+template <class Op>
+concept HasViewKernel = requires(std::span<const Tensor> in, const typename Op::Attrs& a) {
+  { Op::view(in, a) } -> std::same_as<Tensor>;
+};
+
+// The compile-time contract of an op (checked for every entry of op_list.h).
+template <class Op>
+concept OpDef = requires(std::span<const Tensor> in, std::span<const TensorSpec> specs,
+                         std::span<Tensor> out, const typename Op::Attrs& a, KernelCtx& c) {
+  { Op::kName } -> std::convertible_to<std::string_view>;
+  { Op::infer(in, a) } -> std::same_as<std::vector<TensorSpec>>;
+  { Op::cost(in, specs, a) } -> std::same_as<Cost>;
+  { Op::saved(a) } -> std::same_as<SavedSet>;
+  requires HasViewKernel<Op> || requires { { Op::ref(c, in, out, a) } -> std::same_as<void>; };
+  requires HasBackward<Op> || requires { { Op::kNoGradient } -> std::convertible_to<std::string_view>; };
+  requires requires { { Op::kOnnx } -> std::convertible_to<std::string_view>; } ||
+               requires { { Op::kNotExportable } -> std::convertible_to<std::string_view>; };
+};
+
+}  // namespace reckon
+
+// Declaration helpers for op structs (definitions go in ops/*.cpp and kernels/*/*.cpp).
+namespace reckon {
+struct NoAttrs {};
+}  // namespace reckon
+#define RK_OP_DECLS(AttrsType)                                                              \
+  using Attrs = AttrsType;                                                                  \
+  static std::vector<::reckon::TensorSpec> infer(std::span<const ::reckon::Tensor> in,      \
+                                                 const Attrs& a);                           \
+  static ::reckon::Cost cost(std::span<const ::reckon::Tensor> in,                          \
+                             std::span<const ::reckon::TensorSpec> out, const Attrs& a);    \
+  static ::reckon::SavedSet saved(const Attrs& a)
+#define RK_OP_REF                                                                           \
+  static void ref(::reckon::KernelCtx& ctx, std::span<const ::reckon::Tensor> in,           \
+                  std::span<::reckon::Tensor> out, const Attrs& a)
+#define RK_OP_CPU                                                                           \
+  static ::reckon::Support cpu(::reckon::KernelCtx& ctx, std::span<const ::reckon::Tensor> in, \
+                               std::span<::reckon::Tensor> out, const Attrs& a)
+#define RK_OP_BACKWARD                                                                      \
+  static std::vector<::reckon::Tensor> backward(const ::reckon::BackwardArgs& b, const Attrs& a)

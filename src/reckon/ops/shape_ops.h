@@ -1,0 +1,97 @@
+// Shape ops: views (reshape, permute, expand, narrow) share storage and cost nothing;
+// contiguous, concat and cast copy. Inputs: in[0] = x unless noted.
+#pragma once
+#include "reckon/ops/op.h"
+
+namespace reckon {
+
+struct Reshape {
+  static constexpr std::string_view kName = "reshape";
+  static constexpr std::string_view kOnnx = "Reshape";
+  struct A { Shape shape; };
+  RK_OP_DECLS(A);
+  static Tensor view(std::span<const Tensor> in, const Attrs& a);
+  RK_OP_BACKWARD;
+};
+
+struct Permute {
+  static constexpr std::string_view kName = "permute";
+  static constexpr std::string_view kOnnx = "Transpose";
+  struct A { std::vector<int64_t> dims; };
+  RK_OP_DECLS(A);
+  static Tensor view(std::span<const Tensor> in, const Attrs& a);
+  RK_OP_BACKWARD;
+};
+
+struct Expand {
+  static constexpr std::string_view kName = "expand";
+  static constexpr std::string_view kOnnx = "Expand";
+  struct A { Shape shape; };
+  RK_OP_DECLS(A);
+  static Tensor view(std::span<const Tensor> in, const Attrs& a);
+  RK_OP_BACKWARD;
+};
+
+struct Narrow {
+  static constexpr std::string_view kName = "narrow";
+  static constexpr std::string_view kOnnx = "Slice";
+  struct A { int64_t dim = 0, start = 0, length = 0; };
+  RK_OP_DECLS(A);
+  static Tensor view(std::span<const Tensor> in, const Attrs& a);
+  RK_OP_BACKWARD;
+};
+
+// Writes a dense slice of a larger zero tensor: backward of narrow.
+struct PadNarrow {
+  static constexpr std::string_view kName = "narrow_backward";
+  static constexpr std::string_view kNotExportable = "backward op";
+  static constexpr std::string_view kNoGradient = "backward op";
+  struct A { Shape full_shape; int64_t dim = 0, start = 0; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+};
+
+struct Contiguous {
+  static constexpr std::string_view kName = "contiguous";
+  static constexpr std::string_view kOnnx = "Identity";
+  RK_OP_DECLS(NoAttrs);
+  RK_OP_REF;
+  RK_OP_BACKWARD;
+};
+
+// in = the tensors to join, all with the same shape except along dim.
+struct Concat {
+  static constexpr std::string_view kName = "concat";
+  static constexpr std::string_view kOnnx = "Concat";
+  struct A { int64_t dim = 0; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+  RK_OP_BACKWARD;
+};
+
+struct Cast {
+  static constexpr std::string_view kName = "cast";
+  static constexpr std::string_view kOnnx = "Cast";
+  struct A { DType dtype = DType::f32; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+  RK_OP_BACKWARD;
+};
+
+// Sums over dims (sorted, unique); keepdim keeps them as size 1. Empty dims = all.
+struct Sum {
+  static constexpr std::string_view kName = "sum";
+  static constexpr std::string_view kOnnx = "ReduceSum";
+  struct A { std::vector<int64_t> dims; bool keepdim = false; };
+  RK_OP_DECLS(A);
+  RK_OP_REF;
+  RK_OP_CPU;
+  RK_OP_BACKWARD;
+};
+
+// Normalises dims against rank (negative counts from the end); names the op on error.
+int64_t normalize_dim(std::string_view op, int64_t d, int64_t rank);
+// numpy broadcast of two shapes, or an error naming the op and both shapes.
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
+
+}  // namespace reckon
