@@ -70,6 +70,13 @@ ForceReference::ForceReference(bool on) : prev_(t_force_ref) { t_force_ref = on;
 ForceReference::~ForceReference() { t_force_ref = prev_; }
 bool force_reference() { return t_force_ref; }
 
+namespace {
+thread_local bool t_fill_nan = false;
+}
+FillOutputsWithNaN::FillOutputsWithNaN(bool on) : prev_(t_fill_nan) { t_fill_nan = on; }
+FillOutputsWithNaN::~FillOutputsWithNaN() { t_fill_nan = prev_; }
+bool fill_outputs_with_nan() { return t_fill_nan; }
+
 bool grad_enabled() { return t_grad_enabled; }
 NoGrad::NoGrad() : prev_(t_grad_enabled) { t_grad_enabled = false; }
 NoGrad::~NoGrad() { t_grad_enabled = prev_; }

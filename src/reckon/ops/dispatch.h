@@ -4,6 +4,7 @@
 //   record an autograd node that keeps exactly the op's declared saved set.
 #pragma once
 #include <array>
+#include <cmath>
 
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
@@ -66,6 +67,9 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     for (auto& t : in)
       if (t.defined() && !t.is_contiguous()) t = detail::contiguous_copy(t);
     for (auto& s : specs) out.push_back(Tensor::empty(s.shape, s.dtype, dev));
+    if (fill_outputs_with_nan() && dev == Device::cpu)
+      for (auto& t : out)
+        if (is_floating(t.dtype())) fill_(t, std::nan(""));
     if (dev == Device::cpu) {
       KernelCtx ctx;
       bool done = false;

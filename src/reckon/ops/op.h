@@ -132,6 +132,18 @@ class ForceReference {
 };
 bool force_reference();
 
+// Tests: fill every op output with NaN before its kernel runs, so a kernel that leaves an
+// element unwritten is caught.
+class FillOutputsWithNaN {
+ public:
+  explicit FillOutputsWithNaN(bool on = true);
+  ~FillOutputsWithNaN();
+
+ private:
+  bool prev_;
+};
+bool fill_outputs_with_nan();
+
 template <class Op>
 concept HasCpuKernel = requires(KernelCtx& c, std::span<const Tensor> in, std::span<Tensor> out,
                                 const typename Op::Attrs& a) {
