@@ -64,7 +64,9 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     out.push_back(Op::view(in, attrs));
     kernel = "view";
   } else {
-    for (auto& t : in)
+    // Kernels see dense inputs; autograd below keeps the caller's tensors.
+    std::vector<Tensor> kin = in;
+    for (auto& t : kin)
       if (t.defined() && !t.is_contiguous()) t = detail::contiguous_copy(t);
     for (auto& s : specs) out.push_back(Tensor::empty(s.shape, s.dtype, dev));
     if (fill_outputs_with_nan() && dev == Device::cpu)
@@ -75,7 +77,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
       bool done = false;
       if constexpr (HasCpuKernel<Op>) {
         if (!force_reference()) {
-          Support s = Op::cpu(ctx, in, out, attrs);
+          Support s = Op::cpu(ctx, kin, out, attrs);
           done = s.ok;
           if (!done) skipped = s.why;
         } else {
@@ -87,7 +89,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
       if (done) {
         kernel = "cpu";
       } else {
-        Op::ref(ctx, in, out, attrs);
+        Op::ref(ctx, kin, out, attrs);
         kernel = "ref";
         counted = ctx.macs_counted();
       }
