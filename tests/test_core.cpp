@@ -1,0 +1,159 @@
+// Core: tensors and views, the tagged allocator's accounts, the meta device, and the
+// autograd engine's bookkeeping (accumulation, no_grad, saved tensors released on use).
+#include <gtest/gtest.h>
+
+#include "reckon/ops/functional.h"
+#include "reckon/ops/op_list.h"
+
+using namespace reckon;
+
+TEST(Tensor, FactoriesAndValues) {
+  Tensor t = Tensor::full({2, 3}, 1.5);
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 24);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.get(5), 1.5);
+  Tensor d = Tensor::from_vector({1, 2, 3}, {3}, DType::f64);
+  EXPECT_EQ(d.dtype(), DType::f64);
+  EXPECT_EQ(d.to_vector(), (std::vector<double>{1, 2, 3}));
+  Tensor b = Tensor::from_vector({1.0, 0.5, -2.0}, {3}, DType::bf16);
+  EXPECT_EQ(b.to_vector(), (std::vector<double>{1.0, 0.5, -2.0}));
+  EXPECT_THROW(Tensor::from_vector({1, 2}, {3}), Error);
+  EXPECT_THROW(t.item(), Error);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor x = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor t = transpose(x, 0, 1);
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.to_vector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  Tensor n = narrow(x, 1, 1, 2);
+  EXPECT_EQ(n.to_vector(), (std::vector<double>{1, 2, 4, 5}));
+  n.set(0, 42);
+  EXPECT_EQ(x.get(1), 42);  // same storage
+  Tensor r = reshape(x, {3, -1});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.storage_ptr(), x.storage_ptr());
+  Tensor c = contiguous(t);
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_NE(c.storage_ptr(), x.storage_ptr());
+  EXPECT_EQ(flatten(Tensor::zeros({2, 3, 4})).shape(), (Shape{2, 12}));
+  EXPECT_THROW(reshape(x, {4, 2}), Error);
+}
+
+TEST(Allocator, TagsLiveAndPeak) {
+  auto& tr = tracker(Device::cpu);
+  auto before = tr.stats();
+  {
+    TagGuard g(Tag::param);
+    Tensor p = Tensor::empty({1000});
+    auto s = tr.stats();
+    EXPECT_EQ(s.live_bytes[int(Tag::param)] - before.live_bytes[int(Tag::param)], 4000);
+    EXPECT_EQ(p.storage().tag(), Tag::param);
+  }
+  EXPECT_EQ(tr.stats().live_bytes[int(Tag::param)], before.live_bytes[int(Tag::param)]);
+  EXPECT_EQ(current_tag(), Tag::temporary);
+}
+
+TEST(Allocator, MetaDeviceKeepsAccountsWithoutData) {
+  auto& tr = tracker(Device::meta);
+  tr.reset_peak();
+  auto base = tr.stats().live_total_bytes;
+  {
+    Tensor a = Tensor::empty({64, 3, 224, 224}, DType::f32, Device::meta);
+    EXPECT_EQ(a.raw_data(), nullptr);
+    EXPECT_EQ(tr.stats().live_total_bytes - base, 64LL * 3 * 224 * 224 * 4);  // 36.75 MiB
+    EXPECT_THROW(a.get(0), Error);
+  }
+  EXPECT_EQ(tr.stats().live_total_bytes, base);
+  EXPECT_EQ(tr.stats().peak_total_bytes - base, 64LL * 3 * 224 * 224 * 4);
+}
+
+TEST(Allocator, TimelineRecordsEvents) {
+  auto& tr = tracker(Device::meta);
+  tr.reset_peak();
+  tr.set_timeline(true);
+  { Tensor a = Tensor::empty({10}, DType::f32, Device::meta); }
+  tr.set_timeline(false);
+  auto ev = tr.timeline();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, MemEvent::alloc);
+  EXPECT_EQ(ev[1].kind, MemEvent::free);
+  EXPECT_EQ(ev[0].bytes, 40);
+}
+
+TEST(Autograd, AccumulatesAcrossBackwardCalls) {
+  Tensor w = Tensor::from_vector({1, 2, 3}, {3});
+  w.set_requires_grad(true);
+  Tensor x = Tensor::from_vector({2, 2, 2}, {3});
+  sum(mul(w, x)).backward();
+  sum(mul(w, x)).backward();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{4, 4, 4}));
+  EXPECT_EQ(w.grad().storage().tag(), Tag::grad);
+}
+
+TEST(Autograd, SharedInputsSumGradients) {
+  Tensor x = Tensor::from_vector({1, -2, 3}, {3});
+  x.set_requires_grad(true);
+  Tensor y = add(mul(x, x), x);  // d/dx = 2x + 1
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{3, -3, 7}));
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  Tensor w = Tensor::ones({3});
+  w.set_requires_grad(true);
+  Tensor y;
+  {
+    NoGrad ng;
+    y = mul(w, w);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(y.grad_fn(), nullptr);
+  EXPECT_THROW(sum(y).backward(), Error);
+}
+
+TEST(Autograd, SavedTensorsAreActivationsUntilUsed) {
+  auto& tr = tracker(Device::cpu);
+  int64_t act0 = tr.stats().live_bytes[int(Tag::activation)];
+  Tensor w = Tensor::ones({1000});
+  w.set_requires_grad(true);
+  Tensor h = relu(mul(w, w));  // relu saves its output (4000 B); mul saves w (a leaf, param-like)
+  EXPECT_EQ(tr.stats().live_bytes[int(Tag::activation)] - act0, 4000 + 4000);  // w is temporary-tagged here
+  Tensor loss = sum(h);
+  loss.backward();
+  // After backward every node has released what it saved.
+  EXPECT_EQ(tr.stats().live_bytes[int(Tag::activation)], act0);
+}
+
+TEST(Autograd, MetaDeviceRunsTheSameGraph) {
+  auto& tr = tracker(Device::meta);
+  Tensor x = Tensor::empty({8, 3, 16, 16}, DType::f32, Device::meta);
+  Tensor w;
+  {
+    TagGuard g(Tag::param);
+    w = Tensor::empty({4, 3, 3, 3}, DType::f32, Device::meta);
+  }
+  w.set_requires_grad(true);
+  tr.reset_peak();
+  int64_t macs = 0;
+  ObserveOps obs([&](const OpRecord& r) { macs += r.cost.macs; });
+  Tensor y = sum(relu(conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1})));
+  y.backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_TRUE(w.grad().is_meta());
+  int64_t fwd = 8LL * 4 * 16 * 16 * 3 * 9;
+  EXPECT_EQ(macs, 2 * fwd);  // forward + weight gradient (x needs none)
+  EXPECT_GT(tr.stats().peak_bytes[int(Tag::activation)], 0);
+}
+
+TEST(Autograd, ErrorsNameTheOp) {
+  try {
+    conv2d(Tensor::zeros({8, 4, 32, 32}), Tensor::zeros({16, 3, 3, 3}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[conv2d] weight has 3 input channels but x has 4 (x: [8, 4, 32, 32], weight: [16, 3, 3, 3], groups: 1)");
+  }
+}
