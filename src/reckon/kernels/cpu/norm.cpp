@@ -1,0 +1,298 @@
+// Fast normalisation kernels (f32), OpenMP loops the compiler vectorises:
+//   batch norm: one thread per channel; sums in float along each contiguous (n, c) row and in
+//     double across rows; mean, then variance around it, then y = x * scale + shift.
+//   local response norm: threads over (n, block of S positions); the channel window is summed
+//     over a block held in registers/L1, s^-beta has exact fast paths for beta 0.75, 0.5, 1.
+//   dropout: the counter-based mask of ops/norm.h, so it matches the reference bit for bit.
+// Not oneDNN: its batch norm and LRN want blocked layouts (a reorder each way), and its LRN
+// window for even sizes is not torch's.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "reckon/ops/dispatch.h"
+#include "reckon/ops/norm.h"
+
+namespace reckon {
+
+namespace {
+constexpr int64_t kParallelMin = 1 << 15;
+
+struct Ncs {
+  int64_t n, c, s;
+};
+Ncs ncs(const Tensor& x) {
+  int64_t n = x.size(0), c = x.size(1);
+  return {n, c, n * c != 0 ? x.numel() / (n * c) : 0};
+}
+bool all_f32(std::span<const Tensor> in) {
+  for (auto& t : in)
+    if (t.defined() && t.dtype() != DType::f32) return false;
+  return true;
+}
+const float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+// Sum over the rows of channel c of f(i) where i indexes the row: float within a row, double across.
+template <class F>
+double channel_sum(const Ncs& g, int64_t c, F&& f) {
+  double total = 0;
+  for (int64_t n = 0; n < g.n; ++n) {
+    const int64_t base = (n * g.c + c) * g.s;
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < g.s; ++i) s += f(base + i);
+    total += double(s);
+  }
+  return total;
+}
+
+// s^-beta for a block of s values.
+struct NegPow {
+  double beta;
+  void operator()(const float* s, float* r, int64_t n) const {
+    if (beta == 0.75) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        float q = 1.f / std::sqrt(s[i]);
+        r[i] = q * std::sqrt(q);
+      }
+    } else if (beta == 0.5) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) r[i] = 1.f / std::sqrt(s[i]);
+    } else if (beta == 1.0) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) r[i] = 1.f / s[i];
+    } else {
+      const float b = float(-beta);
+      for (int64_t i = 0; i < n; ++i) r[i] = std::pow(s[i], b);
+    }
+  }
+};
+
+// s = k + alpha / size * (sum of squares over the channel window of c), for positions
+// [s0, s0 + len) of sample n.
+inline void lrn_scale(const float* px, const Ncs& g, int64_t n, int64_t c, int64_t s0, int64_t len,
+                      const LrnAttrs& a, float* s) {
+  std::fill_n(s, len, 0.f);
+  const int64_t lo = std::max<int64_t>(lrn_lo(c, a.size), 0), hi = std::min(lrn_hi(c, a.size), g.c - 1);
+  for (int64_t cc = lo; cc <= hi; ++cc) {
+    const float* xr = px + (n * g.c + cc) * g.s + s0;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) s[i] += xr[i] * xr[i];
+  }
+  const float scale = float(a.alpha / double(a.size)), k = float(a.k);
+#pragma omp simd
+  for (int64_t i = 0; i < len; ++i) s[i] = k + scale * s[i];
+}
+}  // namespace
+
+Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (!all_f32(in)) return Support::no("dtype is not f32");
+  const Tensor& x = in[0];
+  const Ncs g = ncs(x);
+  const int64_t M = g.n * g.s;
+  const float* px = x.data<float>();
+  const float* pw = opt(in[1]);
+  const float* pb = opt(in[2]);
+  float* rm = in[3].defined() ? in[3].data<float>() : nullptr;
+  float* rv = in[4].defined() ? in[4].data<float>() : nullptr;
+  float* py = out[0].data<float>();
+  float* sm = a.training ? out[1].data<float>() : nullptr;
+  float* si = a.training ? out[2].data<float>() : nullptr;
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t c = 0; c < g.c; ++c) {
+    double mean, invstd;
+    if (a.training) {
+      mean = channel_sum(g, c, [&](int64_t k) { return px[k]; }) / double(M);
+      const float mf = float(mean);
+      double v = channel_sum(g, c, [&](int64_t k) {
+        float d = px[k] - mf;
+        return d * d;
+      });
+      // The float mean's rounding shifts the sum of squares by M * (mean - mf)^2.
+      double dm = mean - double(mf);
+      v -= double(M) * dm * dm;
+      invstd = 1.0 / std::sqrt(std::max(v, 0.0) / double(M) + a.eps);
+      sm[c] = float(mean);
+      si[c] = float(invstd);
+      if (rm) {
+        rm[c] = float((1.0 - a.momentum) * double(rm[c]) + a.momentum * mean);
+        rv[c] = float((1.0 - a.momentum) * double(rv[c]) + a.momentum * std::max(v, 0.0) / double(M - 1));
+      }
+    } else {
+      mean = double(rm[c]);
+      invstd = 1.0 / std::sqrt(double(rv[c]) + a.eps);
+    }
+    const double w = pw ? double(pw[c]) : 1.0, b = pb ? double(pb[c]) : 0.0;
+    const float scale = float(invstd * w), shift = float(b - mean * invstd * w);
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c) * g.s;
+      const float* xr = px + base;
+      float* yr = py + base;
+#pragma omp simd
+      for (int64_t i = 0; i < g.s; ++i) yr[i] = xr[i] * scale + shift;
+    }
+  }
+  return Support::yes();
+}
+
+Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (!all_f32(in)) return Support::no("dtype is not f32");
+  const Tensor &dy = in[0], &x = in[1];
+  const Ncs g = ncs(x);
+  const int64_t M = g.n * g.s;
+  const float* pdy = dy.data<float>();
+  const float* px = x.data<float>();
+  const float* pw = opt(in[2]);
+  const float* pm = in[3].data<float>();
+  const float* pv = in[4].data<float>();
+  float* pdx = out[0].data<float>();
+  float* pdw = out[1].data<float>();
+  float* pdb = out[2].data<float>();
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t c = 0; c < g.c; ++c) {
+    const float mean = pm[c];
+    const double invstd = a.training ? double(pv[c]) : 1.0 / std::sqrt(double(pv[c]) + a.eps);
+    double sum_dy = 0, dot = 0;
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c) * g.s;
+      const float* dr = pdy + base;
+      const float* xr = px + base;
+      float s = 0.f, d = 0.f;
+#pragma omp simd reduction(+ : s, d)
+      for (int64_t i = 0; i < g.s; ++i) {
+        s += dr[i];
+        d += dr[i] * (xr[i] - mean);
+      }
+      sum_dy += double(s);
+      dot += double(d);
+    }
+    const double w = pw ? double(pw[c]) : 1.0;
+    pdw[c] = float(dot * invstd);
+    pdb[c] = float(sum_dy);
+    // dx = (dy - gm - (x - mean) * k) * scale
+    const float scale = float(invstd * w);
+    const float gm = a.training ? float(sum_dy / double(M)) : 0.f;
+    const float k = a.training ? float(dot * invstd * invstd / double(M)) : 0.f;
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c) * g.s;
+      const float* dr = pdy + base;
+      const float* xr = px + base;
+      float* o = pdx + base;
+#pragma omp simd
+      for (int64_t i = 0; i < g.s; ++i) o[i] = (dr[i] - gm - (xr[i] - mean) * k) * scale;
+    }
+  }
+  return Support::yes();
+}
+
+Support LocalResponseNorm::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (!all_f32(in)) return Support::no("dtype is not f32");
+  const Tensor& x = in[0];
+  const Ncs g = ncs(x);
+  constexpr int64_t L = 256;
+  const int64_t blocks = (g.s + L - 1) / L;
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+  const NegPow negpow{a.beta};
+#pragma omp parallel for schedule(static) if (x.numel() * a.size > kParallelMin)
+  for (int64_t t = 0; t < g.n * blocks; ++t) {
+    const int64_t n = t / blocks, s0 = (t % blocks) * L, len = std::min(L, g.s - s0);
+    alignas(64) float s[L], r[L];
+    for (int64_t c = 0; c < g.c; ++c) {
+      lrn_scale(px, g, n, c, s0, len, a, s);
+      negpow(s, r, len);
+      const float* xr = px + (n * g.c + c) * g.s + s0;
+      float* yr = py + (n * g.c + c) * g.s + s0;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) yr[i] = xr[i] * r[i];
+    }
+  }
+  return Support::yes();
+}
+
+Support LocalResponseNormBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
+                                       const Attrs& a) {
+  if (!all_f32(in)) return Support::no("dtype is not f32");
+  const Tensor &dy = in[0], &x = in[1];
+  const Ncs g = ncs(x);
+  constexpr int64_t L = 64;
+  const int64_t blocks = (g.s + L - 1) / L;
+  const float* px = x.data<float>();
+  const float* pdy = dy.data<float>();
+  float* pdx = out[0].data<float>();
+  const NegPow negpow{a.beta};
+  const float coef = float(2.0 * a.alpha * a.beta / double(a.size));
+  // Per thread: P = s^-beta and T = dy x s^(-beta-1) for every channel of one block.
+  const int threads = omp_get_max_threads();
+  Tensor hold = ctx.workspace(int64_t(threads) * 2 * g.c * L * int64_t(sizeof(float)));
+  float* ws = static_cast<float*>(hold.raw_data());
+#pragma omp parallel for schedule(static) if (x.numel() * a.size > kParallelMin)
+  for (int64_t t = 0; t < g.n * blocks; ++t) {
+    const int64_t n = t / blocks, s0 = (t % blocks) * L, len = std::min(L, g.s - s0);
+    float* P = ws + int64_t(omp_get_thread_num()) * 2 * g.c * L;
+    float* T = P + g.c * L;
+    alignas(64) float s[L];
+    for (int64_t c = 0; c < g.c; ++c) {
+      lrn_scale(px, g, n, c, s0, len, a, s);
+      float* pc = P + c * L;
+      float* tc = T + c * L;
+      negpow(s, pc, len);
+      const float* xr = px + (n * g.c + c) * g.s + s0;
+      const float* dr = pdy + (n * g.c + c) * g.s + s0;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) tc[i] = dr[i] * xr[i] * pc[i] / s[i];
+    }
+    for (int64_t j = 0; j < g.c; ++j) {
+      const int64_t lo = std::max<int64_t>(j - (a.size - 1) / 2, 0), hi = std::min(j + a.size / 2, g.c - 1);
+      alignas(64) float acc[L];
+      std::fill_n(acc, len, 0.f);
+      for (int64_t c = lo; c <= hi; ++c) {
+        const float* tc = T + c * L;
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) acc[i] += tc[i];
+      }
+      const int64_t base = (n * g.c + j) * g.s + s0;
+      const float* xr = px + base;
+      const float* dr = pdy + base;
+      const float* pj = P + j * L;
+      float* o = pdx + base;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = dr[i] * pj[i] - coef * xr[i] * acc[i];
+    }
+  }
+  return Support::yes();
+}
+
+Support Dropout::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+  // Same draws as the reference: one seed, only when the mask is random.
+  const bool random = a.training && a.p > 0.0 && a.p < 1.0;
+  const uint64_t seed = random ? default_generator().next_u64() : 0;
+  const float scale = float(!a.training ? 1.0 : (a.p < 1.0 ? 1.0 / (1.0 - a.p) : 0.0));
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+  float* pm = out[1].data<float>();
+  const int64_t n = x.numel();
+  const double p = a.p;
+  if (!random) {
+    const float m = (a.p < 1.0 || !a.training) ? scale : 0.f;
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      pm[i] = m;
+      py[i] = px[i] * m;
+    }
+    return Support::yes();
+  }
+#pragma omp parallel for simd if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float m = dropout_keep(seed, i, p) ? scale : 0.f;
+    pm[i] = m;
+    py[i] = px[i] * m;
+  }
+  return Support::yes();
+}
+
+}  // namespace reckon

@@ -1,0 +1,330 @@
+// Fast pooling kernels (f32), OpenMP over (n, c) planes. Windows are the reference's.
+//   max/avg forward: each output row is built tap by tap, so the innermost loop runs over a
+//     row of outputs and vectorises (stride-2 windows become gathers); every output still
+//     visits its taps in (kh, kw) order, so ties and NaNs resolve as in the reference.
+//   avg backward, adaptive forward and backward: separable, the row direction as contiguous
+//     vector adds, the short column windows apart.
+//   max backward: dy scattered by the saved indices.
+// Not oneDNN: its max pooling returns a workspace rather than PyTorch's indices, and its
+// average pooling divides ceil-mode windows that run past the padded input differently.
+#include <omp.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "reckon/ops/dispatch.h"
+#include "reckon/ops/pool.h"
+
+namespace reckon {
+
+namespace {
+// Outputs ow whose tap iw = ow * s + off lies inside [0, n): ow in [lo, hi).
+struct Run {
+  int64_t lo, hi;
+};
+Run valid_run(int64_t off, int64_t s, int64_t n, int64_t nout) {
+  int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t hi = n - 1 - off < 0 ? 0 : std::min(nout, (n - 1 - off) / s + 1);
+  return {lo, std::max(lo, hi)};
+}
+// Avg-pool window of output o along one axis, PyTorch's rules: clipped extent and divisor part.
+struct AvgAxis {
+  int64_t start, end, padded;
+};
+AvgAxis avg_axis(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p) {
+  int64_t start = o * s - p;
+  int64_t end = std::min(start + k, in + p);
+  return {std::max<int64_t>(start, 0), std::min(end, in), end - start};
+}
+template <class T>
+T* scratch(KernelCtx& ctx, Tensor& holder, int64_t n) {
+  holder = ctx.workspace(n * int64_t(sizeof(T)));
+  return static_cast<T*>(holder.raw_data());
+}
+// Adaptive windows [h0, h1) per output row and [w0, w1) per output column.
+struct AdaptiveWin {
+  Tensor hold;
+  const int64_t *h0, *h1, *w0, *w1;
+};
+AdaptiveWin adaptive_windows(KernelCtx& ctx, int64_t H, int64_t W, int64_t HO, int64_t WO) {
+  AdaptiveWin a;
+  int64_t* p = scratch<int64_t>(ctx, a.hold, 2 * (HO + WO));
+  int64_t *h0 = p, *h1 = p + HO, *w0 = p + 2 * HO, *w1 = p + 2 * HO + WO;
+  for (int64_t i = 0; i < HO; ++i) h0[i] = adaptive_start(i, H, HO), h1[i] = adaptive_end(i, H, HO);
+  for (int64_t i = 0; i < WO; ++i) w0[i] = adaptive_start(i, W, WO), w1[i] = adaptive_end(i, W, WO);
+  a.h0 = h0, a.h1 = h1, a.w0 = w0, a.w1 = w1;
+  return a;
+}
+}  // namespace
+
+Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HO = out[0].size(2), WO = out[0].size(3);
+  const int64_t kh = a.kernel[0], kw = a.kernel[1], sh = a.stride[0], sw = a.stride[1];
+  const int64_t ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
+  // First tap inside the input of each output column (the index a window with no larger
+  // value reports, as PyTorch's kernel starts from it).
+  Tensor hold;
+  int64_t* wfirst = scratch<int64_t>(ctx, hold, WO);
+  for (int64_t ow = 0; ow < WO; ++ow) {
+    int64_t w0 = ow * sw - pw;
+    while (w0 < 0) w0 += dw;
+    wfirst[ow] = w0;
+  }
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+  int64_t* pi = out[1].data<int64_t>();
+  const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* xp = px + p * H * W;
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      float* yr = py + (p * HO + oh) * WO;
+      int64_t* ir = pi + (p * HO + oh) * WO;
+      int64_t h0 = oh * sh - ph;
+      int64_t hf = h0;
+      while (hf < 0) hf += dh;
+      for (int64_t ow = 0; ow < WO; ++ow) {
+        yr[ow] = ninf;
+        ir[ow] = hf * W + wfirst[ow];
+      }
+      for (int64_t i = 0; i < kh; ++i) {
+        int64_t ih = h0 + i * dh;
+        if (ih < 0 || ih >= H) continue;
+        const float* xr = xp + ih * W;
+        for (int64_t j = 0; j < kw; ++j) {
+          int64_t off = j * dw - pw;
+          Run r = valid_run(off, sw, W, WO);
+          int64_t base = ih * W + off;
+#pragma omp simd
+          for (int64_t ow = r.lo; ow < r.hi; ++ow) {
+            float v = xr[ow * sw + off];
+            bool take = v > yr[ow] || v != v;
+            yr[ow] = take ? v : yr[ow];
+            ir[ow] = take ? base + ow * sw : ir[ow];
+          }
+        }
+      }
+    }
+  }
+  return Support::yes();
+}
+
+Support MaxPool2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &dy = in[0], &idx = in[1];
+  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const int64_t planes = a.x_shape[0] * a.x_shape[1], HW = a.x_shape[2] * a.x_shape[3];
+  const int64_t per = dy.size(2) * dy.size(3);
+  const int64_t* pi = idx.data<int64_t>();
+  const float* pdy = dy.data<float>();
+  float* pdx = out[0].data<float>();
+  bool bad = false;  // an index outside the plane is skipped, then reported
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (planes * HW > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    float* d = pdx + p * HW;
+    std::fill_n(d, HW, 0.f);
+    const int64_t* ip = pi + p * per;
+    const float* g = pdy + p * per;
+    for (int64_t j = 0; j < per; ++j) {
+      if (uint64_t(ip[j]) < uint64_t(HW)) d[ip[j]] += g[j];
+      else bad = true;
+    }
+  }
+  RK_CHECK(!bad, "[max_pool2d_backward] an index is out of range for a plane of {} (x: {})", HW, shape_str(a.x_shape));
+  return Support::yes();
+}
+
+Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HO = out[0].size(2), WO = out[0].size(3);
+  const int64_t kh = a.kernel[0], kw = a.kernel[1], sw = a.stride[1], pw = a.padding[1];
+  // Column parts of the divisor: padded extent and taps inside the input.
+  Tensor hold;
+  int64_t* col = scratch<int64_t>(ctx, hold, 2 * WO);
+  for (int64_t ow = 0; ow < WO; ++ow) {
+    AvgAxis c = avg_axis(ow, W, kw, sw, pw);
+    col[ow] = c.padded;
+    col[WO + ow] = std::max<int64_t>(c.end - c.start, 0);
+  }
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+#pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* xp = px + p * H * W;
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      float* yr = py + (p * HO + oh) * WO;
+      AvgAxis r = avg_axis(oh, H, kh, a.stride[0], a.padding[0]);
+      std::fill_n(yr, WO, 0.f);
+      if (r.start >= r.end) continue;
+      for (int64_t ih = r.start; ih < r.end; ++ih) {
+        const float* xr = xp + ih * W;
+        for (int64_t j = 0; j < kw; ++j) {
+          int64_t off = j - pw;
+          Run run = valid_run(off, sw, W, WO);
+#pragma omp simd
+          for (int64_t ow = run.lo; ow < run.hi; ++ow) yr[ow] += xr[ow * sw + off];
+        }
+      }
+      const int64_t rows = a.count_include_pad ? r.padded : r.end - r.start;
+      const int64_t* cdiv = a.count_include_pad ? col : col + WO;
+#pragma omp simd
+      for (int64_t ow = 0; ow < WO; ++ow) {
+        int64_t d = rows * cdiv[ow];
+        yr[ow] = col[WO + ow] > 0 ? yr[ow] / float(d) : 0.f;
+      }
+    }
+  }
+  return Support::yes();
+}
+
+Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& dy = in[0];
+  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const PoolAttrs& q = a.pool;
+  const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
+  const int64_t HO = dy.size(2), WO = dy.size(3);
+  const int64_t kh = q.kernel[0], kw = q.kernel[1], sw = q.stride[1], pw = q.padding[1];
+  const int threads = omp_get_max_threads();
+  Tensor hold, hold_t;
+  int64_t* col = scratch<int64_t>(ctx, hold, 2 * WO);
+  // Per thread: g (WO) = dy / divisor of one output row, t (W) = g spread over the columns.
+  float* tbuf = scratch<float>(ctx, hold_t, int64_t(threads) * (WO + W));
+  for (int64_t ow = 0; ow < WO; ++ow) {
+    AvgAxis c = avg_axis(ow, W, kw, sw, pw);
+    col[ow] = c.padded;
+    col[WO + ow] = std::max<int64_t>(c.end - c.start, 0);
+  }
+  const float* pdy = dy.data<float>();
+  float* pdx = out[0].data<float>();
+  // dx[ih][iw] = sum over output rows oh whose window holds ih of t_oh[iw], where t_oh spreads
+  // row oh's dy over its column windows: the strided scatter runs once per output row rather
+  // than once per (output row, kernel row); the row sums are contiguous.
+#pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
+  for (int64_t p = 0; p < planes; ++p) {
+    float* g = tbuf + int64_t(omp_get_thread_num()) * (WO + W);
+    float* t = g + WO;
+    float* dp = pdx + p * H * W;
+    std::fill_n(dp, H * W, 0.f);
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      AvgAxis r = avg_axis(oh, H, kh, q.stride[0], q.padding[0]);
+      if (r.start >= r.end) continue;
+      const float* dyr = pdy + (p * HO + oh) * WO;
+      const int64_t rows = q.count_include_pad ? r.padded : r.end - r.start;
+      const int64_t* cdiv = q.count_include_pad ? col : col + WO;
+#pragma omp simd
+      for (int64_t ow = 0; ow < WO; ++ow) g[ow] = col[WO + ow] > 0 ? dyr[ow] / float(rows * cdiv[ow]) : 0.f;
+      std::fill_n(t, W, 0.f);
+      for (int64_t j = 0; j < kw; ++j) {
+        int64_t off = j - pw;
+        Run run = valid_run(off, sw, W, WO);
+        // ow * sw + off is injective in ow, so the lanes of one tap never collide.
+#pragma omp simd
+        for (int64_t ow = run.lo; ow < run.hi; ++ow) t[ow * sw + off] += g[ow];
+      }
+      for (int64_t ih = r.start; ih < r.end; ++ih) {
+        float* dr = dp + ih * W;
+#pragma omp simd
+        for (int64_t iw = 0; iw < W; ++iw) dr[iw] += t[iw];
+      }
+    }
+  }
+  return Support::yes();
+}
+
+Support AdaptiveAvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor& x = in[0];
+  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HO = out[0].size(2), WO = out[0].size(3);
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+  if (HO == 1 && WO == 1) {  // global average pool
+    const int64_t HW = H * W;
+    const float inv = 1.f / float(HW);
+#pragma omp parallel for schedule(static) if (planes * HW > (1 << 15))
+    for (int64_t p = 0; p < planes; ++p) {
+      const float* xp = px + p * HW;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < HW; ++i) s += xp[i];
+      py[p] = s * inv;
+    }
+    return Support::yes();
+  }
+  const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
+  const int threads = omp_get_max_threads();
+  Tensor hold_c;
+  float* cbuf = scratch<float>(ctx, hold_c, int64_t(threads) * W);
+  // Separable: c[iw] = sum over the row window of oh (contiguous vector adds, the bulk of the
+  // work), then y[oh][ow] = sum of c over the column window of ow (short scalar runs).
+#pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    float* c = cbuf + int64_t(omp_get_thread_num()) * W;
+    const float* xp = px + p * H * W;
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      std::fill_n(c, W, 0.f);
+      for (int64_t ih = win.h0[oh]; ih < win.h1[oh]; ++ih) {
+        const float* xr = xp + ih * W;
+#pragma omp simd
+        for (int64_t iw = 0; iw < W; ++iw) c[iw] += xr[iw];
+      }
+      float* yr = py + (p * HO + oh) * WO;
+      const int64_t rows = win.h1[oh] - win.h0[oh];
+      for (int64_t ow = 0; ow < WO; ++ow) {
+        float s = 0.f;
+        for (int64_t iw = win.w0[ow]; iw < win.w1[ow]; ++iw) s += c[iw];
+        yr[ow] = s / float(rows * (win.w1[ow] - win.w0[ow]));
+      }
+    }
+  }
+  return Support::yes();
+}
+
+Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
+                                       const Attrs& a) {
+  const Tensor& dy = in[0];
+  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
+  const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
+  const int64_t HO = dy.size(2), WO = dy.size(3);
+  const float* pdy = dy.data<float>();
+  float* pdx = out[0].data<float>();
+  if (HO == 1 && WO == 1) {
+    const int64_t HW = H * W;
+#pragma omp parallel for schedule(static) if (planes * HW > (1 << 15))
+    for (int64_t p = 0; p < planes; ++p) std::fill_n(pdx + p * HW, HW, pdy[p] / float(HW));
+    return Support::yes();
+  }
+  const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
+  const int threads = omp_get_max_threads();
+  Tensor hold_t;
+  float* tbuf = scratch<float>(ctx, hold_t, int64_t(threads) * W);
+  // dx[ih] = sum over row windows oh holding ih of t_oh, t_oh[iw] = sum over column windows ow
+  // holding iw of dy[oh][ow] / area.
+#pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    float* t = tbuf + int64_t(omp_get_thread_num()) * W;
+    float* dp = pdx + p * H * W;
+    std::fill_n(dp, H * W, 0.f);
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      const float* dyr = pdy + (p * HO + oh) * WO;
+      const int64_t rows = win.h1[oh] - win.h0[oh];
+      std::fill_n(t, W, 0.f);
+      for (int64_t ow = 0; ow < WO; ++ow) {
+        const float g = dyr[ow] / float(rows * (win.w1[ow] - win.w0[ow]));
+        for (int64_t iw = win.w0[ow]; iw < win.w1[ow]; ++iw) t[iw] += g;
+      }
+      for (int64_t ih = win.h0[oh]; ih < win.h1[oh]; ++ih) {
+        float* dr = dp + ih * W;
+#pragma omp simd
+        for (int64_t iw = 0; iw < W; ++iw) dr[iw] += t[iw];
+      }
+    }
+  }
+  return Support::yes();
+}
+
+}  // namespace reckon
