@@ -1,7 +1,7 @@
 // The tagged allocator: every byte reckon holds is allocated here with one tag, and the
 // tracker's live/peak accounts per tag are the memory ledger. The meta device allocates
 // nothing but keeps the very same accounts, so a prediction is the training code run dry.
-// Not a caching allocator: cpu memory comes from aligned_alloc and goes back on free.
+// Host blocks of 64 KiB and more are reused through a bounded size-class cache (allocator.cpp).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -64,6 +64,11 @@ class MemoryTracker {
 };
 
 MemoryTracker& tracker(Device d);
+
+// Host memory held for reuse by freed storages (not live in any account), and a way to
+// hand it back to the system.
+int64_t host_cache_bytes();
+void host_cache_release();
 
 // The tag given to allocations made on this thread while the guard lives (default: temporary).
 Tag current_tag();
