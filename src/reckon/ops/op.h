@@ -11,6 +11,7 @@
 // Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
 // only code that calls them. This file is not an op registry: the list is op_list.h.
 #pragma once
+#include <algorithm>
 #include <concepts>
 #include <functional>
 #include <span>
@@ -67,8 +68,17 @@ class KernelCtx {
   // Scratch memory, tagged `workspace`, freed when the tensor handle dies.
   Tensor workspace(int64_t bytes);
   int64_t workspace_bytes() const { return workspace_bytes_; }
+  // n zeroed elements of workspace that live as long as this context (the kernel call).
+  template <class T>
+  T* scratch(int64_t n) {
+    held_.push_back(workspace(n * int64_t(sizeof(T))));
+    T* p = static_cast<T*>(held_.back().raw_data());
+    std::fill_n(p, n, T(0));
+    return p;
+  }
 
  private:
+  std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
   int64_t workspace_bytes_ = 0;
 };

@@ -48,7 +48,7 @@ void Conv2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> o
   visit_float(y.dtype(), "conv2d", [&]<class T>() {
     const T* px = x.data<T>();
     const T* pw = w.data<T>();
-    std::vector<double> acc(size_t(y.numel()), 0.0);
+    double* acc = ctx.scratch<double>(y.numel());
     ctx.count_macs(for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) {
       acc[size_t(yi)] += double(px[xi]) * double(pw[wi]);
     }));
@@ -66,7 +66,7 @@ void Conv2dBackwardInput::ref(KernelCtx& ctx, std::span<const Tensor> in, std::s
   visit_float(dy.dtype(), "conv2d_backward_input", [&]<class T>() {
     const T* pdy = dy.data<T>();
     const T* pw = w.data<T>();
-    std::vector<double> acc(size_t(dx.numel()), 0.0);
+    double* acc = ctx.scratch<double>(dx.numel());
     ctx.count_macs(for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) {
       acc[size_t(xi)] += double(pdy[yi]) * double(pw[wi]);
     }));
@@ -82,14 +82,14 @@ void Conv2dBackwardWeight::ref(KernelCtx& ctx, std::span<const Tensor> in, std::
   visit_float(dy.dtype(), "conv2d_backward_weight", [&]<class T>() {
     const T* pdy = dy.data<T>();
     const T* px = x.data<T>();
-    std::vector<double> acc(size_t(dw.numel()), 0.0);
+    double* acc = ctx.scratch<double>(dw.numel());
     ctx.count_macs(for_each_tap(q, [&](int64_t xi, int64_t wi, int64_t yi) {
       acc[size_t(wi)] += double(pdy[yi]) * double(px[xi]);
     }));
     T* p = dw.data<T>();
     for (int64_t i = 0; i < dw.numel(); ++i) p[i] = T(acc[size_t(i)]);
     if (a.with_bias) {
-      std::vector<double> db(size_t(q.o), 0.0);
+      double* db = ctx.scratch<double>(q.o);
       int64_t hw = q.ho * q.wo;
       for (int64_t i = 0; i < dy.numel(); ++i) db[size_t((i / hw) % q.o)] += double(pdy[i]);
       T* pb = out[1].data<T>();

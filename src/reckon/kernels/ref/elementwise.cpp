@@ -6,7 +6,7 @@
 namespace reckon {
 
 template <class F>
-void Binary<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void Binary<F>::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor &a = in[0], &b = in[1];
   Tensor& y = out[0];
   visit_float(y.dtype(), F::kName.data(), [&]<class T>() {
@@ -20,7 +20,7 @@ void Binary<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> ou
   });
 }
 
-void Affine::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Affine::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   visit_float(in[0].dtype(), "affine", [&]<class T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
@@ -29,7 +29,7 @@ void Affine::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, 
 }
 
 template <class F>
-void Unary<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Unary<F>::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   visit_float(in[0].dtype(), F::kName.data(), [&]<class T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
@@ -38,7 +38,7 @@ void Unary<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out
 }
 
 template <class F>
-void UnaryBackward<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void UnaryBackward<F>::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   visit_float(in[0].dtype(), F::kGradName.data(), [&]<class T>() {
     const T* dy = in[0].data<T>();
     const T* s = in[1].data<T>();
@@ -47,11 +47,11 @@ void UnaryBackward<F>::ref(KernelCtx&, std::span<const Tensor> in, std::span<Ten
   });
 }
 
-#define RK_INST_BINARY_REF(F) template void Binary<F>::ref(KernelCtx&, std::span<const Tensor>, std::span<Tensor>, const Attrs&);
+#define RK_INST_BINARY_REF(F) template void Binary<F>::ref(KernelCtx& ctx, std::span<const Tensor>, std::span<Tensor>, const Attrs&);
 RK_BINARY_FUNCTORS(RK_INST_BINARY_REF)
 #define RK_INST_UNARY_REF(F)                                                                        \
-  template void Unary<F>::ref(KernelCtx&, std::span<const Tensor>, std::span<Tensor>, const Attrs&); \
-  template void UnaryBackward<F>::ref(KernelCtx&, std::span<const Tensor>, std::span<Tensor>, const Attrs&);
+  template void Unary<F>::ref(KernelCtx& ctx, std::span<const Tensor>, std::span<Tensor>, const Attrs&); \
+  template void UnaryBackward<F>::ref(KernelCtx& ctx, std::span<const Tensor>, std::span<Tensor>, const Attrs&);
 RK_UNARY_FUNCTORS(RK_INST_UNARY_REF)
 
 }  // namespace reckon

@@ -43,18 +43,18 @@ double row_grad(const T* dy, int64_t i, Reduction r, int64_t count) {
 }
 // Writes per-row losses reduced as r (mean over count rows).
 template <class T>
-void reduce_rows(const std::vector<double>& l, Reduction r, int64_t count, T* out) {
+void reduce_rows(const double* l, int64_t n, Reduction r, int64_t count, T* out) {
   if (r == Reduction::none) {
-    for (size_t i = 0; i < l.size(); ++i) out[i] = T(l[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = T(l[i]);
     return;
   }
   double s = 0;
-  for (double v : l) s += v;
+  for (int64_t i = 0; i < n; ++i) s += l[i];
   out[0] = T(r == Reduction::sum ? s : s / double(count));  // 0 / 0 = NaN when all are ignored
 }
 }  // namespace
 
-void Softmax::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Softmax::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const RowGeo g = softmax_geo(kName, in[0].shape(), a.dim);
   visit_float(in[0].dtype(), "softmax", [&]<class T>() {
     const T* x = in[0].data<T>();
@@ -68,7 +68,7 @@ void Softmax::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out,
   });
 }
 
-void LogSoftmax::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void LogSoftmax::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const RowGeo g = softmax_geo(kName, in[0].shape(), a.dim);
   visit_float(in[0].dtype(), "log_softmax", [&]<class T>() {
     const T* x = in[0].data<T>();
@@ -81,7 +81,7 @@ void LogSoftmax::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> o
   });
 }
 
-void SoftmaxBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void SoftmaxBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const RowGeo g = softmax_geo(kName, in[1].shape(), a.dim);
   visit_float(in[1].dtype(), "softmax_backward", [&]<class T>() {
     const T* dy = in[0].data<T>();
@@ -98,7 +98,7 @@ void SoftmaxBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tens
   });
 }
 
-void LogSoftmaxBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void LogSoftmaxBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const RowGeo g = softmax_geo(kName, in[1].shape(), a.dim);
   visit_float(in[1].dtype(), "log_softmax_backward", [&]<class T>() {
     const T* dy = in[0].data<T>();
@@ -115,7 +115,7 @@ void LogSoftmaxBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<T
   });
 }
 
-void CrossEntropy::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void CrossEntropy::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &x = in[0], &target = in[1];
   const int64_t N = x.size(0), C = x.size(1);
   const int64_t* t = target.data<int64_t>();
@@ -123,7 +123,7 @@ void CrossEntropy::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor>
   visit_float(x.dtype(), "cross_entropy", [&]<class T>() {
     const T* px = x.data<T>();
     T* lp = out[1].data<T>();
-    std::vector<double> loss(size_t(N), 0.0);
+    double* loss = ctx.scratch<double>(N);
     for (int64_t i = 0; i < N; ++i) {
       double m, lse;
       row_max_lse(px + i * C, C, 1, m, lse);
@@ -137,11 +137,11 @@ void CrossEntropy::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor>
       double nll = -(double(px[i * C + t[i]]) - m - lse);
       loss[size_t(i)] = (1.0 - eps) * nll + eps / double(C) * -all;
     }
-    reduce_rows(loss, a.reduction, count_targets(t, N, a.ignore_index), out[0].data<T>());
+    reduce_rows(loss, N, a.reduction, count_targets(t, N, a.ignore_index), out[0].data<T>());
   });
 }
 
-void CrossEntropyBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void CrossEntropyBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &dy = in[0], &logp = in[1], &target = in[2];
   const int64_t N = logp.size(0), C = logp.size(1);
   const int64_t* t = target.data<int64_t>();
@@ -164,20 +164,20 @@ void CrossEntropyBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span
   });
 }
 
-void NllLoss::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void NllLoss::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &logp = in[0], &target = in[1];
   const int64_t N = logp.size(0), C = logp.size(1);
   const int64_t* t = target.data<int64_t>();
   visit_float(logp.dtype(), "nll_loss", [&]<class T>() {
     const T* lp = logp.data<T>();
-    std::vector<double> loss(size_t(N), 0.0);
+    double* loss = ctx.scratch<double>(N);
     for (int64_t i = 0; i < N; ++i)
       if (t[i] != a.ignore_index) loss[size_t(i)] = -double(lp[i * C + t[i]]);
-    reduce_rows(loss, a.reduction, count_targets(t, N, a.ignore_index), out[0].data<T>());
+    reduce_rows(loss, N, a.reduction, count_targets(t, N, a.ignore_index), out[0].data<T>());
   });
 }
 
-void NllLossBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void NllLossBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &dy = in[0], &target = in[1];
   const int64_t N = target.size(0), C = a.classes;
   const int64_t* t = target.data<int64_t>();

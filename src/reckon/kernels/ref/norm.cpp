@@ -21,7 +21,7 @@ const T* opt(const Tensor& t) {
 }
 }  // namespace
 
-void BatchNorm2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void BatchNorm2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const Ncs g = ncs(x);
   const int64_t M = g.n * g.s;
@@ -67,7 +67,7 @@ void BatchNorm2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> 
   });
 }
 
-void BatchNorm2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void BatchNorm2dBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &dy = in[0], &x = in[1];
   const Ncs g = ncs(x);
   const int64_t M = g.n * g.s;
@@ -140,7 +140,7 @@ void LocalResponseNormBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, 
     T* pdx = out[0].data<T>();
     int64_t taps = 0;
     // s of every element, as forward computed it.
-    std::vector<double> s(size_t(x.numel()));
+    double* s = ctx.scratch<double>(x.numel());
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t c = 0; c < g.c; ++c)
         for (int64_t i = 0; i < g.s; ++i) {
@@ -172,7 +172,7 @@ void LocalResponseNormBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, 
   });
 }
 
-void Dropout::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Dropout::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const bool random = a.training && a.p > 0.0 && a.p < 1.0;
   const uint64_t seed = random ? default_generator().next_u64() : 0;

@@ -21,7 +21,7 @@ AvgWin avg_win(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p) {
 }
 }  // namespace
 
-void MaxPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void MaxPool2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t HO = out[0].size(2), WO = out[0].size(3);
@@ -55,7 +55,7 @@ void MaxPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> ou
   });
 }
 
-void MaxPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void MaxPool2dBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &dy = in[0], &idx = in[1];
   const int64_t planes = a.x_shape[0] * a.x_shape[1], HW = a.x_shape[2] * a.x_shape[3];
   const int64_t per = dy.size(2) * dy.size(3);
@@ -73,7 +73,7 @@ void MaxPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Te
   });
 }
 
-void AvgPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void AvgPool2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t HO = out[0].size(2), WO = out[0].size(3);
@@ -99,7 +99,7 @@ void AvgPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> ou
   });
 }
 
-void AvgPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void AvgPool2dBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& dy = in[0];
   const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
   const int64_t HO = dy.size(2), WO = dy.size(3);
@@ -107,7 +107,7 @@ void AvgPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Te
   visit_float(dy.dtype(), "avg_pool2d_backward", [&]<class T>() {
     const T* pdy = dy.data<T>();
     T* pdx = out[0].data<T>();
-    std::vector<double> acc(size_t(planes * H * W), 0.0);
+    double* acc = ctx.scratch<double>(planes * H * W);
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t oh = 0; oh < HO; ++oh)
         for (int64_t ow = 0; ow < WO; ++ow) {
@@ -123,7 +123,7 @@ void AvgPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Te
   });
 }
 
-void AdaptiveAvgPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void AdaptiveAvgPool2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor& x = in[0];
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t HO = out[0].size(2), WO = out[0].size(3);
@@ -143,14 +143,14 @@ void AdaptiveAvgPool2d::ref(KernelCtx&, std::span<const Tensor> in, std::span<Te
   });
 }
 
-void AdaptiveAvgPool2dBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void AdaptiveAvgPool2dBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& dy = in[0];
   const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
   const int64_t HO = dy.size(2), WO = dy.size(3);
   visit_float(dy.dtype(), "adaptive_avg_pool2d_backward", [&]<class T>() {
     const T* pdy = dy.data<T>();
     T* pdx = out[0].data<T>();
-    std::vector<double> acc(size_t(planes * H * W), 0.0);
+    double* acc = ctx.scratch<double>(planes * H * W);
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t oh = 0; oh < HO; ++oh)
         for (int64_t ow = 0; ow < WO; ++ow) {

@@ -6,7 +6,7 @@
 
 namespace reckon {
 
-void PadNarrow::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void PadNarrow::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& g = in[0];
   Tensor& y = out[0];
   std::memset(y.raw_data(), 0, size_t(y.nbytes()));
@@ -23,12 +23,12 @@ void PadNarrow::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> ou
                 size_t(len * inner) * es);
 }
 
-void Contiguous::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void Contiguous::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   // The dispatcher has already made the input contiguous; this is a plain copy.
   std::memcpy(out[0].raw_data(), in[0].raw_data(), size_t(out[0].nbytes()));
 }
 
-void Concat::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Concat::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   Tensor& y = out[0];
   int64_t d = normalize_dim("concat", a.dim, y.dim());
   int64_t outer = 1, inner = 1;
@@ -48,7 +48,7 @@ void Concat::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, 
   }
 }
 
-void Cast::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void Cast::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
   int64_t n = x.numel();
@@ -73,7 +73,7 @@ void Cast::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, co
   }
 }
 
-void Sum::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+void Sum::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
   // Output index of each input element: drop (or zero) the reduced coordinates.
@@ -89,7 +89,7 @@ void Sum::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, con
   visit_float(x.dtype(), "sum", [&]<class T>() {
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    std::vector<double> accum(size_t(y.numel()), 0.0);
+    double* accum = ctx.scratch<double>(y.numel());
     std::vector<int64_t> idx(size_t(x.dim()), 0);
     for (int64_t i = 0; i < x.numel(); ++i) {
       int64_t o = 0;
