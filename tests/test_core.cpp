@@ -157,3 +157,13 @@ TEST(Autograd, ErrorsNameTheOp) {
               "[conv2d] weight has 3 input channels but x has 4 (x: [8, 4, 32, 32], weight: [16, 3, 3, 3], groups: 1)");
   }
 }
+
+TEST(Autograd, BranchWithoutGradientIsSkipped) {
+  // max_pool2d's second output (indices) never gets a gradient; a graph where one branch
+  // ends in a non-differentiable use must still run.
+  Tensor x = Tensor::from_vector({1, 5, 2, 4}, {1, 1, 2, 2});
+  x.set_requires_grad(true);
+  Tensor y = max_pool2d(x, {{2, 2}, {2, 2}, {0, 0}, false, true});
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{0, 1, 0, 0}));
+}

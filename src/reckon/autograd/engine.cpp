@@ -69,15 +69,19 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> in = std::move(buffers[n]);
     buffers.erase(n);
     in.resize(size_t(n->num_outputs));
-    set_scope_for_backward(&n->scope, true);
+    bool any = false;
+    for (auto& g : in) any = any || g.defined();
     std::vector<Tensor> out;
-    try {
-      out = n->apply(std::move(in));
-    } catch (...) {
+    if (any) {  // a node no gradient reached contributes nothing: skip its backward
+      set_scope_for_backward(&n->scope, true);
+      try {
+        out = n->apply(std::move(in));
+      } catch (...) {
+        set_scope_for_backward(nullptr, false);
+        throw;
+      }
       set_scope_for_backward(nullptr, false);
-      throw;
     }
-    set_scope_for_backward(nullptr, false);
     if (!retain_graph) n->release();
     for (size_t i = 0; i < n->next.size(); ++i) {
       auto& e = n->next[i];
