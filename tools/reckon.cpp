@@ -1,115 +1,34 @@
-// The `reckon` command line. Subcommands so far:
-//   reckon models                 the model zoo with parameter counts and MACs per image
-//   reckon demo [MODEL] [--steps N] [--batch B] [--lr LR] [--seed S]
-//                                 a few SGD steps on random data, loss printed per step
-// Later issues add ledger, plan, train, eval, quantize, export, bench.
-#include <CLI/CLI.hpp>
-#include <chrono>
+// The `reckon` command line: one binary, subcommands that read like the pipeline. Each
+// subcommand lives in its own tools/cmd_*.cpp and registers itself (command.h).
 #include <cstdio>
 
-#include "reckon/nn/models/registry.h"
-#include "reckon/ops/functional.h"
-#include "reckon/ops/op_list.h"
-#include "reckon/optim/optim.h"
+#include "command.h"
+#include "reckon/core/error.h"
 
-using namespace reckon;
-
-namespace {
-
-// Forward MACs of one image: the model run once on the meta device, costs summed.
-int64_t forward_macs_per_image(const std::string& name, const nn::ModelConfig& cfg) {
-  nn::ModelConfig meta = cfg;
-  meta.device = Device::meta;
-  auto model = nn::make_model(name, meta);
-  model->eval();
-  Shape in = nn::model_input_shape(name, cfg);
-  in.insert(in.begin(), 1);
-  int64_t macs = 0;
-  ObserveOps obs([&](const OpRecord& r) { macs += r.cost.macs; });
-  NoGrad ng;
-  (*model)(Tensor::empty(in, DType::f32, Device::meta));
-  return macs;
+namespace reckon::tools {
+std::vector<Setup>& commands() {
+  static std::vector<Setup> c;
+  return c;
 }
-
-int cmd_models() {
-  std::printf("%-16s %14s %16s  %s\n", "model", "parameters", "fwd MACs/image", "input");
-  for (const auto& name : nn::model_names()) {
-    nn::ModelConfig cfg;
-    cfg.device = Device::meta;
-    auto m = nn::make_model(name, cfg);
-    std::printf("%-16s %14lld %16lld  %s\n", name.c_str(), (long long)m->num_parameters(),
-                (long long)forward_macs_per_image(name, {}), shape_str(nn::model_input_shape(name, {})).c_str());
-  }
-  return 0;
-}
-
-int cmd_demo(const std::string& name, int steps, int64_t batch, double lr, uint64_t seed) {
-  manual_seed(seed);
-  nn::ModelConfig cfg;
-  auto model = nn::make_model(name, cfg);
-  model->train();
-  Shape in = nn::model_input_shape(name, cfg);
-  in.insert(in.begin(), batch);
-  int64_t classes = 0;
-  {
-    NoGrad ng;
-    nn::ModelConfig meta = cfg;
-    meta.device = Device::meta;
-    auto probe = nn::make_model(name, meta);
-    probe->eval();
-    classes = (*probe)(Tensor::empty(in, DType::f32, Device::meta)).size(1);
-  }
-  int64_t macs = forward_macs_per_image(name, cfg);
-  std::printf("%s: %lld parameters, %.3f M forward MACs per image, input %s, %lld classes\n", name.c_str(),
-              (long long)model->num_parameters(), double(macs) / 1e6, shape_str(in).c_str(), (long long)classes);
-  std::printf("demo: %d SGD steps (lr %g, momentum 0.9) on one fixed random batch; the loss should fall\n",
-              steps, lr);
-  Tensor x, y;
-  {
-    TagGuard g(Tag::input);
-    x = Tensor::empty(in);
-    fill_normal_(x, 0.0, 1.0);
-    y = Tensor::empty({batch}, DType::i64);
-    for (int64_t i = 0; i < batch; ++i) y.set(i, double(i % classes));
-  }
-  optim::SGD opt(model->parameters(), {.lr = lr, .momentum = 0.9});
-  auto t0 = std::chrono::steady_clock::now();
-  for (int s = 1; s <= steps; ++s) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
-    loss.backward();
-    opt.step();
-    std::printf("step %2d  loss %.4f\n", s, loss.item());
-  }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto st = tracker(Device::cpu).stats();
-  std::printf("%.1f images/s, peak tracked memory %.2f MiB\n", double(steps * batch) / secs,
-              double(st.peak_total_bytes) / (1 << 20));
-  return 0;
-}
-
-}  // namespace
+}  // namespace reckon::tools
 
 int main(int argc, char** argv) {
   CLI::App app{"reckon: train convolutional networks and know what they cost"};
   app.require_subcommand(1);
-  auto* models = app.add_subcommand("models", "list the model zoo with parameters and MACs per image");
-  auto* demo = app.add_subcommand("demo", "a few SGD steps on random data");
-  std::string model = "lenet5";
-  int steps = 10;
-  int64_t batch = 32;
-  double lr = 0.05;
-  uint64_t seed = 0;
-  demo->add_option("model", model, "zoo model name")->capture_default_str();
-  demo->add_option("--steps", steps, "SGD steps")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--batch", batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  demo->add_option("--lr", lr, "learning rate")->capture_default_str();
-  demo->add_option("--seed", seed, "random seed")->capture_default_str();
+  std::vector<std::pair<CLI::App*, reckon::tools::Runner>> subs;
+  for (auto& setup : reckon::tools::commands()) {
+    CLI::App* sub = nullptr;
+    auto run = setup(app, sub);
+    subs.push_back({sub, std::move(run)});
+  }
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*models) return cmd_models();
-    if (*demo) return cmd_demo(model, steps, batch, lr, seed);
-  } catch (const Error& e) {
+    for (auto& [sub, run] : subs)
+      if (sub && sub->parsed()) return run();
+  } catch (const reckon::Error& e) {
+    std::fprintf(stderr, "reckon: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "reckon: %s\n", e.what());
     return 1;
   }
