@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= 2
 DEB_PACKAGES := cmake ninja-build g++ libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev \
-  nlohmann-json3-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
+  nlohmann-json3-dev zlib1g-dev libpng-dev libjpeg-dev libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
 
 .PHONY: deps build run test bench clean
 
