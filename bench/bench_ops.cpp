@@ -108,8 +108,16 @@ void BM_relu_fwd_bwd(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 5);
 }
 
+void BM_max_pool2d_fwd(benchmark::State& st) {
+  Tensor x = rand_t({st.range(0), st.range(1), st.range(2), st.range(2)});
+  NoGrad ng;
+  run_bench(st, [&] { benchmark::DoNotOptimize(max_pool2d(x, {{2, 2}, {2, 2}, {0, 0}, false, true})); });
+  st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 2);
+}
+
 }  // namespace
 
+BENCHMARK(BM_max_pool2d_fwd)->Args({64, 6, 28})->Args({32, 64, 112})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();

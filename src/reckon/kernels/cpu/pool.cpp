@@ -77,6 +77,34 @@ Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
   float* py = out[0].data<float>();
   int64_t* pi = out[1].data<int64_t>();
   const float ninf = -std::numeric_limits<float>::infinity();
+  if (ph == 0 && pw == 0 && dh == 1 && dw == 1 && (HO - 1) * sh + kh <= H && (WO - 1) * sw + kw <= W) {
+    // Every window lies inside the input (the common 2x2/2 and 3x3/2 cases): one scalar
+    // pass per output, same first-max / NaN-wins rule as the general loop below.
+#pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 18))
+    for (int64_t p = 0; p < planes; ++p) {
+      const float* xp = px + p * H * W;
+      float* yp = py + p * HO * WO;
+      int64_t* ip = pi + p * HO * WO;
+      for (int64_t oh = 0; oh < HO; ++oh)
+        for (int64_t ow = 0; ow < WO; ++ow) {
+          int64_t best = oh * sh * W + ow * sw;
+          float m = xp[best];
+          for (int64_t i = 0; i < kh; ++i) {
+            const float* xr = xp + (oh * sh + i) * W + ow * sw;
+            for (int64_t j = 0; j < kw; ++j) {
+              float v = xr[j];
+              // As PyTorch: a NaN always takes the slot. Unpredictable: ask for selects, not jumps.
+              bool take = __builtin_expect_with_probability(v > m || v != v, 1, 0.5);
+              m = take ? v : m;
+              best = take ? (oh * sh + i) * W + ow * sw + j : best;
+            }
+          }
+          yp[oh * WO + ow] = m;
+          ip[oh * WO + ow] = best;
+        }
+    }
+    return Support::yes();
+  }
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
   for (int64_t p = 0; p < planes; ++p) {
     const float* xp = px + p * H * W;
