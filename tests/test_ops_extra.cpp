@@ -170,6 +170,8 @@ Register reg[] = {
     Register(max_pool_case("3x3 s2 p1 ceil", {2, 3, 7, 8}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true})),
     Register(max_pool_case("2x2 s1 p1 dilation 2", {1, 2, 7, 6}, {{2, 2}, {1, 1}, {1, 1}, {2, 2}, false})),
     Register(max_pool_case("(3,2) s(2,1) p(1,0) ceil", {2, 1, 6, 7}, {{3, 2}, {2, 1}, {1, 0}, {1, 1}, true})),
+    Register(max_pool_case("2x2 s2, every window inside (fast path)", {2, 3, 8, 9}, {{2, 2}, {2, 2}, {0, 0}, {1, 1}, false})),
+    Register(max_pool_case("3x3 s2, every window inside (fast path)", {2, 2, 9, 9}, {{3, 3}, {2, 2}, {0, 0}, {1, 1}, false})),
     Register({"max_pool2d_backward", "3x3 s2 p1 ceil",
               [](DType t, Generator& g) {
                 Tensor idx = call<MaxPool2d>({rnd({2, 3, 7, 8}, t, g)}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true})[1];
