@@ -1,4 +1,4 @@
-# reckon: `make run` trains the demo job, `make test` runs the tests. Both install what is
+# reckon: `make run` trains lenet5 on Fashion-MNIST, `make test` runs the tests. Both install what is
 # missing (Debian packages) and build first, so they work on a fresh Debian 12 machine.
 BUILD ?= build
 JOBS ?= 2
@@ -20,10 +20,11 @@ build: deps
 	ninja -C $(BUILD) -j$(JOBS)
 
 run: build
-	./$(BUILD)/reckon demo
+	./$(BUILD)/reckon train lenet5 --data fashion-mnist --epochs 2 --out runs/lenet5
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1200
+	# Two test processes share two cores: idle OpenMP workers must sleep, not spin.
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j$(JOBS) --timeout 1200
 
 bench: build
 	./$(BUILD)/reckon_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true

@@ -1,0 +1,550 @@
+// Training end to end, through the `reckon` binary where the user would use it and through
+// train::train() where the numbers are compared:
+//   - the recipe (the TrainConfig / `reckon train` defaults): lenet5 on Fashion-MNIST reaches
+//     at least 88% test accuracy in 5 epochs, and `reckon eval` on its checkpoint agrees;
+//   - the same short run with one thread twice gives the same losses, bit for bit;
+//   - a run stopped mid-epoch and resumed gives the identical loss curve, weights, optimizer
+//     state and metrics rows as one that never stopped, also when the process "died" after
+//     writing rows past its last checkpoint;
+//   - every bad input of the issue (unknown model, a model that does not fit the images, a
+//     missing / truncated / corrupt / wrong-magic dataset file, a label out of range, a
+//     missing / truncated / corrupt / mismatched checkpoint, bad option values) exits with
+//     status 1 and one line on stderr naming the file or argument.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "reckon/io/checkpoint.h"
+#include "reckon/io/safetensors.h"
+#include "reckon/train/trainer.h"
+
+using namespace reckon;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+fs::path test_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("reckon_train_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// ---- running the binary ----
+
+std::string reckon_binary() {
+  return (fs::read_symlink("/proc/self/exe").parent_path() / "reckon").string();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CliResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+CliResult run_cli(const std::vector<std::string>& args, const fs::path& dir) {
+  std::string cmd = shell_quote(reckon_binary());
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  fs::path out = dir / "cli.out", err = dir / "cli.err";
+  cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
+  int status = std::system(cmd.c_str());
+  CliResult r;
+  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+// The command failed cleanly: status 1, exactly one line on stderr holding every needle.
+void expect_one_line_error(const std::vector<std::string>& args, const fs::path& dir,
+                           std::initializer_list<std::string> needles) {
+  SCOPED_TRACE("reckon " + [&] {
+    std::string s;
+    for (const auto& a : args) s += a + " ";
+    return s;
+  }());
+  CliResult r = run_cli(args, dir);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("reckon: ", 0), 0u) << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "'" << n << "' not in: " << r.err;
+}
+
+// ---- IDX files ----
+
+std::string be32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[size_t(i)] = char((v >> (24 - 8 * i)) & 0xff);
+  return s;
+}
+std::string idx_images(uint32_t n, uint32_t magic = 0x00000803) {
+  std::string s = be32(magic) + be32(n) + be32(28) + be32(28);
+  for (uint32_t i = 0; i < n * 28 * 28; ++i) s += char(i * 7 % 251);
+  return s;
+}
+std::string idx_labels(uint32_t n, uint8_t bad_label = 255, uint32_t magic = 0x00000801) {
+  std::string s = be32(magic) + be32(n);
+  for (uint32_t i = 0; i < n; ++i) s += char(i == n / 2 && bad_label != 255 ? bad_label : i % 10);
+  return s;
+}
+// A raw (not gzipped) MNIST-layout directory of n training and n test samples.
+void write_mnist_dir(const fs::path& d, uint32_t n) {
+  fs::create_directories(d);
+  write_file(d / "train-images-idx3-ubyte", idx_images(n));
+  write_file(d / "train-labels-idx1-ubyte", idx_labels(n));
+  write_file(d / "t10k-images-idx3-ubyte", idx_images(n));
+  write_file(d / "t10k-labels-idx1-ubyte", idx_labels(n));
+}
+
+// ---- metrics files ----
+
+// metrics.csv without the columns that hold times (wall_time, images_per_s, seconds).
+std::vector<std::string> metrics_numbers(const fs::path& csv) {
+  std::stringstream in(read_file(csv));
+  std::string line;
+  std::vector<std::string> rows;
+  std::vector<bool> keep;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    if (line.back() == ',') cells.push_back("");
+    if (keep.empty())
+      for (const auto& c : cells) keep.push_back(c != "wall_time" && c != "images_per_s" && c != "seconds");
+    std::string row;
+    for (size_t i = 0; i < cells.size() && i < keep.size(); ++i)
+      if (keep[i]) row += cells[i] + ",";
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+}
+
+// The tensors of two checkpoints are bit-identical (model and optimizer state).
+void expect_same_tensors(const fs::path& a, const fs::path& b) {
+  SafetensorsFile fa = load_safetensors(a.string()), fb = load_safetensors(b.string());
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (const auto& [k, t] : fa.tensors) {
+    ASSERT_TRUE(fb.tensors.count(k)) << k;
+    EXPECT_TRUE(same_bits(t, fb.tensors.at(k))) << k;
+  }
+  for (const char* key : {"step", "epoch", "batch_in_epoch", "rng_state"})
+    EXPECT_EQ(fa.metadata.at(key), fb.metadata.at(key)) << key;
+}
+
+void expect_same_losses(const std::vector<float>& a, size_t from, const std::vector<float>& b) {
+  ASSERT_LE(from + b.size(), a.size());
+  for (size_t i = 0; i < b.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[from + i], &b[i], sizeof(float)), 0)
+        << "step " << from + i + 1 << ": " << a[from + i] << " vs " << b[i];
+}
+
+}  // namespace
+
+// The recipe, as the README runs it: `reckon train lenet5 --data fashion-mnist --epochs 5`, here on one thread,
+// with every other setting at its default. Run once; several things are checked on it.
+TEST(TrainRecipe, LeNet5FashionMnistReaches88PercentIn5Epochs) {
+  ASSERT_TRUE(fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz"))
+      << "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist (make test does it)";
+  ASSERT_TRUE(fs::exists(reckon_binary())) << "build the reckon binary next to reckon_tests";
+  fs::path d = test_dir("recipe");
+  fs::path out = d / "run";
+  // One thread: the run is bit-reproducible, and it keeps its pace when ctest runs other tests
+  // beside it on a 2-core machine (OpenMP threads on busy cores wait for each other).
+  CliResult r = run_cli(
+      {"train", "lenet5", "--data", "fashion-mnist", "--epochs", "5", "--threads", "1", "--out", out.string()}, d);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::cout << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(final test accuracy ([0-9.]+)%)"))) << r.out;
+  double acc = std::stod(m[1]) / 100;
+  EXPECT_GE(acc, 0.88) << r.out;
+  EXPECT_NE(r.out.find("61706 parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("M forward MACs per image"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find((out / "last.safetensors").string()), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\r'), 0) << "no progress bar when stdout is not a terminal";
+
+  // The metrics files: 5 test rows, the last one the printed accuracy.
+  std::string jl = read_file(out / "metrics.jsonl");
+  std::stringstream lines(jl);
+  std::string line;
+  int tests = 0;
+  double last_test_acc = -1;
+  int64_t last_step = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "test") {
+      ++tests;
+      last_test_acc = j["accuracy"].get<double>();
+    }
+    last_step = j["step"].get<int64_t>();
+  }
+  EXPECT_EQ(tests, 5);
+  EXPECT_EQ(last_step, 5 * 938);
+  EXPECT_NEAR(last_test_acc, acc, 0.00006);
+
+  // The checkpoint: at the end of the run, and `reckon eval` on it gives the same figures.
+  io::Checkpoint ck = io::read_checkpoint((out / "last.safetensors").string());
+  EXPECT_EQ(ck.info.progress.epoch, 5);
+  EXPECT_EQ(ck.info.progress.step, 5 * 938);
+  CliResult ev = run_cli({"eval", "lenet5", "--checkpoint", (out / "last.safetensors").string(), "--data",
+                          "fashion-mnist", "--json"},
+                         d);
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  auto j = nlohmann::json::parse(ev.out);
+  EXPECT_DOUBLE_EQ(j["accuracy"].get<double>(), last_test_acc);
+  EXPECT_EQ(j["samples"], 10000);
+  ASSERT_EQ(j["confusion"].size(), 10u);
+  int64_t diag = 0, total = 0;
+  for (size_t t = 0; t < 10; ++t)
+    for (size_t p = 0; p < 10; ++p) {
+      total += j["confusion"][t][p].get<int64_t>();
+      if (t == p) diag += j["confusion"][t][p].get<int64_t>();
+    }
+  EXPECT_EQ(total, 10000);
+  EXPECT_EQ(double(diag) / 10000, j["accuracy"].get<double>());
+  EXPECT_EQ(j["classes"][0], "T-shirt/top");
+  // The human-readable form names the classes.
+  CliResult evt = run_cli({"eval", "lenet5", "--checkpoint", (out / "last.safetensors").string()}, d);
+  ASSERT_EQ(evt.exit_code, 0) << evt.err;
+  EXPECT_NE(evt.out.find("top-1 accuracy"), std::string::npos);
+  EXPECT_NE(evt.out.find("Ankle boot"), std::string::npos) << evt.out;
+  fs::remove_all(d);
+}
+
+TEST(Trainer, OneThreadTwiceSameLosses) {
+  fs::path d = test_dir("twice");
+  std::vector<float> runs[2];
+  for (int i = 0; i < 2; ++i) {
+    train::TrainConfig c;  // the recipe, cut short
+    c.threads = 1;
+    c.stop_after = 120;
+    c.out = (d / ("run" + std::to_string(i))).string();
+    c.verbose = 0;
+    train::TrainResult r = train::train(c);
+    EXPECT_TRUE(r.stopped);
+    EXPECT_EQ(r.steps, 120);
+    runs[i] = r.losses;
+  }
+  ASSERT_EQ(runs[0].size(), 120u);
+  expect_same_losses(runs[0], 0, runs[1]);
+  EXPECT_LT(runs[0].back(), runs[0].front());  // and it learns
+  expect_same_tensors(d / "run0" / "last.safetensors", d / "run1" / "last.safetensors");
+  fs::remove_all(d);
+}
+
+// tinycnn (BatchNorm buffers) with AdamW (step counts), augmentation and dropout-free layers,
+// 10 batches an epoch, 3 epochs.
+TEST(Trainer, ResumeMidEpochGivesTheIdenticalCurve) {
+  fs::path d = test_dir("resume");
+  auto config = [&](const std::string& name) {
+    train::TrainConfig c;
+    c.model = "tinycnn";
+    c.data = "synthetic:1x28x28:640:10";
+    c.epochs = 3;
+    c.batch = 64;
+    c.optimizer = "adamw";
+    c.lr = 3e-3;
+    c.weight_decay = 0.01;
+    c.warmup = 5;
+    c.augment = "crop:2,flip";
+    c.threads = 1;
+    c.log_every = 1;
+    c.checkpoint_every = 4;
+    c.out = (d / name).string();
+    c.verbose = 0;
+    return c;
+  };
+  // A: never stopped.
+  train::TrainResult a = train::train(config("a"));
+  ASSERT_EQ(a.losses.size(), 30u);
+  ASSERT_FALSE(a.stopped);
+
+  // B: stopped mid-epoch 2 (step 14 = batch 4 of 10), then resumed.
+  auto cb = config("b");
+  cb.stop_after = 14;
+  train::TrainResult b1 = train::train(cb);
+  EXPECT_TRUE(b1.stopped);
+  expect_same_losses(a.losses, 0, b1.losses);
+  cb.stop_after = 0;
+  cb.resume = true;
+  cb.lr = 99;      // ignored on resume: the checkpoint's settings rule,
+  cb.epochs = 7;   // the number of epochs (and so the schedule) too
+  train::TrainResult b2 = train::train(cb);
+  EXPECT_EQ(b2.first_step, 14);
+  ASSERT_EQ(b2.losses.size(), 16u);
+  expect_same_losses(a.losses, 14, b2.losses);
+  EXPECT_EQ(b2.final_eval.accuracy, a.final_eval.accuracy);
+  EXPECT_EQ(b2.rng_state, a.rng_state);
+  expect_same_tensors(d / "a" / "last.safetensors", d / "b" / "last.safetensors");
+  EXPECT_EQ(metrics_numbers(d / "a" / "metrics.csv"), metrics_numbers(d / "b" / "metrics.csv"));
+
+  // C: stopped at the very end of epoch 1 (before its evaluation), went on to step 17 and
+  // "died" there, leaving rows and events past the checkpoint of step 10 that is then put back.
+  auto cc = config("c");
+  cc.stop_after = 10;
+  train::train(cc);
+  fs::copy_file(d / "c" / "last.safetensors", d / "step10.safetensors");
+  cc.resume = true;
+  cc.stop_after = 17;
+  train::train(cc);
+  fs::copy_file(d / "step10.safetensors", d / "c" / "last.safetensors", fs::copy_options::overwrite_existing);
+  cc.stop_after = 0;
+  train::TrainResult c3 = train::train(cc);
+  EXPECT_EQ(c3.first_step, 10);
+  expect_same_losses(a.losses, 10, c3.losses);
+  expect_same_tensors(d / "a" / "last.safetensors", d / "c" / "last.safetensors");
+  EXPECT_EQ(metrics_numbers(d / "a" / "metrics.csv"), metrics_numbers(d / "c" / "metrics.csv"));
+  // The jsonl file too: the same rows, one per line, no leftovers of the "dead" run.
+  auto count_lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  EXPECT_EQ(count_lines(read_file(d / "a" / "metrics.jsonl")), count_lines(read_file(d / "c" / "metrics.jsonl")));
+  int events = 0;
+  for (const auto& e : fs::directory_iterator(d / "c"))
+    events += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_EQ(events, 1);  // appended to, not a new file per resume
+
+  // Resuming a finished run trains nothing and reports the final evaluation.
+  train::TrainResult done = train::train(cc);
+  EXPECT_TRUE(done.losses.empty());
+  EXPECT_EQ(done.final_eval.accuracy, a.final_eval.accuracy);
+  fs::remove_all(d);
+}
+
+// The process killed (SIGKILL) at whatever moment it is in, or interrupted (SIGINT: it stops
+// at the next step and writes a checkpoint), leaves a loadable checkpoint from which --resume
+// ends with the very weights of an uninterrupted run.
+TEST(TrainCli, KilledOrInterruptedRunsResumeToTheSameWeights) {
+  fs::path d = test_dir("kill");
+  auto args = [&](const fs::path& out) {
+    return std::vector<std::string>{"train", "tinycnn", "--data", "synthetic:1x28x28:640:10", "--epochs", "3",
+                                    "--batch", "32", "--threads", "1", "--checkpoint-every", "1", "--out",
+                                    out.string()};
+  };
+  CliResult full = run_cli(args(d / "full"), d);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+
+  for (int sig : {SIGKILL, SIGINT}) {
+    SCOPED_TRACE(sig == SIGKILL ? "SIGKILL" : "SIGINT");
+    fs::path out = d / (sig == SIGKILL ? "killed" : "interrupted");
+    const fs::path ckpt = out / "last.safetensors";
+    std::vector<std::string> a = args(out);
+    a.insert(a.begin(), reckon_binary());
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (!std::freopen("/dev/null", "w", stdout)) ::_exit(126);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    // Wait for a checkpoint past step 5, then strike.
+    int status = 0;
+    bool exited = false;
+    for (int i = 0; i < 6000 && !exited; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+      try {
+        if (fs::exists(ckpt) && io::read_checkpoint(ckpt.string()).info.progress.step >= 5) break;
+      } catch (const Error&) {
+        // never: the rename is atomic; the assertion below says so
+        ADD_FAILURE() << "a checkpoint that does not load while the run writes it";
+      }
+    }
+    ASSERT_FALSE(exited) << "the run ended before it could be interrupted";
+    ::kill(pid, sig);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (sig == SIGKILL) {
+      EXPECT_TRUE(WIFSIGNALED(status));
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+    }
+    io::Checkpoint ck = io::read_checkpoint(ckpt.string());
+    EXPECT_GE(ck.info.progress.step, 5);
+    EXPECT_LT(ck.info.progress.step, 60);
+    CliResult rest = run_cli({"train", "tinycnn", "--resume", "--threads", "1", "--out", out.string()}, d);
+    ASSERT_EQ(rest.exit_code, 0) << rest.err;
+    EXPECT_TRUE(rest.err.empty()) << rest.err;
+    expect_same_tensors(d / "full" / "last.safetensors", ckpt);
+    EXPECT_EQ(metrics_numbers(d / "full" / "metrics.csv"), metrics_numbers(out / "metrics.csv"));
+  }
+  fs::remove_all(d);
+}
+
+TEST(Trainer, ScheduleAndConfigErrors) {
+  fs::path d = test_dir("config");
+  auto base = [&] {
+    train::TrainConfig c;
+    c.data = "synthetic:1x28x28:64";
+    c.out = (d / "run").string();
+    c.verbose = 0;
+    return c;
+  };
+  auto expect_msg = [](const train::TrainConfig& c, const std::string& needle) {
+    try {
+      train::train(c);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  auto c = base();
+  c.epochs = 0;
+  expect_msg(c, "--epochs");
+  c = base();
+  c.lr = -1;
+  expect_msg(c, "--lr");
+  c = base();
+  c.optimizer = "rmsprop";
+  expect_msg(c, "--optimizer 'rmsprop'");
+  c = base();
+  c.schedule = "linear";
+  expect_msg(c, "--schedule 'linear'");
+  c = base();
+  c.normalize = "0.5/0.5,0.5";
+  expect_msg(c, "--normalize");
+  c = base();
+  c.augment = "rotate";
+  expect_msg(c, "--augment");
+  c = base();
+  c.model = "lenet5";
+  c.data = "synthetic:3x32x32:64";  // 16 x 6 x 6 features reach a Linear made for 16 x 5 x 5
+  expect_msg(c, "model lenet5 does not fit [3, 32, 32] images");
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, BadModelOrShape) {
+  fs::path d = test_dir("cli_model");
+  expect_one_line_error({"train", "nosuchnet", "--data", "synthetic:1x28x28:64", "--out", (d / "r").string()}, d,
+                        {"nosuchnet", "lenet5"});
+  expect_one_line_error({"train", "alexnet", "--data", "fashion-mnist", "--out", (d / "r").string()}, d,
+                        {"alexnet", "[1, 28, 28]"});
+  expect_one_line_error({"eval", "nosuchnet", "--checkpoint", (d / "x.safetensors").string()}, d, {"x.safetensors"});
+  expect_one_line_error({"train", "lenet5", "--data", "synthetic:1x28x28:64", "--optimizer", "rmsprop", "--out",
+                         (d / "r").string()},
+                        d, {"--optimizer", "rmsprop"});
+  expect_one_line_error({"train", "lenet5", "--data", "synthetic:1x28x28:64", "--normalize", "x/y", "--out",
+                         (d / "r").string()},
+                        d, {"--normalize"});
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, BadDatasets) {
+  fs::path d = test_dir("cli_data");
+  auto train_on = [&](const std::string& spec) {
+    return std::vector<std::string>{"train", "lenet5", "--data", spec, "--epochs", "1", "--out", (d / "r").string()};
+  };
+  // Missing directory, unknown kind, malformed synthetic spec.
+  expect_one_line_error(train_on("mnist:" + (d / "nowhere").string()), d, {(d / "nowhere").string()});
+  expect_one_line_error(train_on("imagenet:/x"), d, {"imagenet"});
+  expect_one_line_error(train_on("synthetic:axbxc"), d, {"synthetic:axbxc"});
+  // Wrong magic.
+  fs::path m = d / "magic";
+  write_mnist_dir(m, 16);
+  write_file(m / "train-images-idx3-ubyte", idx_images(16, 0x00000903));
+  expect_one_line_error(train_on("mnist:" + m.string()), d, {(m / "train-images-idx3-ubyte").string()});
+  // Truncated images.
+  fs::path t = d / "trunc";
+  write_mnist_dir(t, 16);
+  std::string img = idx_images(16);
+  write_file(t / "t10k-images-idx3-ubyte", img.substr(0, img.size() - 100));
+  expect_one_line_error(train_on("mnist:" + t.string()), d, {(t / "t10k-images-idx3-ubyte").string()});
+  // A label out of range (mnist has 10 classes).
+  fs::path l = d / "label";
+  write_mnist_dir(l, 16);
+  write_file(l / "train-labels-idx1-ubyte", idx_labels(16, 12));
+  expect_one_line_error(train_on("mnist:" + l.string()), d, {(l / "train-labels-idx1-ubyte").string(), "12"});
+  // A corrupt gzip file.
+  fs::path g = d / "gzip";
+  write_mnist_dir(g, 16);
+  fs::remove(g / "train-images-idx3-ubyte");
+  write_file(g / "train-images-idx3-ubyte.gz", std::string("\x1f\x8b\x08\x00garbage garbage garbage", 27));
+  expect_one_line_error(train_on("mnist:" + g.string()), d, {"train-images-idx3-ubyte.gz"});
+  // Labels and images that disagree in count.
+  fs::path n = d / "count";
+  write_mnist_dir(n, 16);
+  write_file(n / "train-labels-idx1-ubyte", idx_labels(15));
+  expect_one_line_error(train_on("mnist:" + n.string()), d, {(n / "train-labels-idx1-ubyte").string()});
+  // And the valid directory trains.
+  fs::path ok = d / "ok";
+  write_mnist_dir(ok, 16);
+  CliResult r = run_cli(train_on("mnist:" + ok.string()), d);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, BadCheckpoints) {
+  fs::path d = test_dir("cli_ckpt");
+  // A real checkpoint to spoil: lenet5, 10 classes, a few steps.
+  fs::path run = d / "run";
+  CliResult r = run_cli({"train", "lenet5", "--data", "synthetic:1x28x28:128", "--epochs", "1", "--batch", "32",
+                         "--out", run.string(), "--threads", "1"},
+                        d);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path good = run / "last.safetensors";
+  std::string bytes = read_file(good);
+  auto eval_of = [&](const fs::path& ck, const std::string& model = "lenet5",
+                     const std::string& data = "synthetic:1x28x28:128") {
+    return std::vector<std::string>{"eval", model, "--checkpoint", ck.string(), "--data", data};
+  };
+  CliResult ok = run_cli(eval_of(good), d);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+
+  expect_one_line_error(eval_of(d / "missing.safetensors"), d, {(d / "missing.safetensors").string()});
+  fs::path trunc = d / "trunc.safetensors";
+  write_file(trunc, bytes.substr(0, bytes.size() / 2));
+  expect_one_line_error(eval_of(trunc), d, {trunc.string()});
+  fs::path garbage = d / "garbage.safetensors";
+  write_file(garbage, std::string(64, '\x7f'));
+  expect_one_line_error(eval_of(garbage), d, {garbage.string()});
+  fs::path empty = d / "empty.safetensors";
+  write_file(empty, "");
+  expect_one_line_error(eval_of(empty), d, {empty.string()});
+  // Another model's checkpoint; the right model but another number of classes.
+  expect_one_line_error(eval_of(good, "tinycnn"), d, {good.string(), "'lenet5'", "'tinycnn'"});
+  expect_one_line_error(eval_of(good, "lenet5", "synthetic:1x28x28:128:5"), d,
+                        {good.string(), "'classifier.5.weight'", "[10, 84]", "[5, 84]"});
+  // --resume: nothing to resume, another model in the directory, a corrupt last.safetensors.
+  expect_one_line_error({"train", "lenet5", "--resume", "--out", (d / "empty_run").string()}, d,
+                        {"--resume", (d / "empty_run" / "last.safetensors").string()});
+  expect_one_line_error({"train", "tinycnn", "--resume", "--out", run.string()}, d, {good.string(), "'lenet5'"});
+  write_file(good, bytes.substr(0, 200));
+  expect_one_line_error({"train", "lenet5", "--resume", "--out", run.string()}, d, {good.string()});
+  fs::remove_all(d);
+}
