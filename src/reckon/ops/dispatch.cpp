@@ -29,7 +29,7 @@ Cost elementwise_cost(std::span<const Tensor> in, std::span<const TensorSpec> ou
 Tensor KernelCtx::workspace(int64_t bytes) {
   TagGuard g(Tag::workspace);
   workspace_bytes_ += bytes;
-  return Tensor::empty({bytes}, DType::u8, Device::cpu);
+  return Tensor::empty({bytes}, DType::u8, planning() ? Device::meta : Device::cpu);
 }
 
 namespace {
@@ -69,6 +69,16 @@ bool in_backward() { return t_in_backward; }
 ForceReference::ForceReference(bool on) : prev_(t_force_ref) { t_force_ref = on; }
 ForceReference::~ForceReference() { t_force_ref = prev_; }
 bool force_reference() { return t_force_ref; }
+
+namespace {
+thread_local bool t_plan_on_meta = false;
+thread_local OpFailure t_failure;
+}  // namespace
+PlanKernelsOnMeta::PlanKernelsOnMeta(bool on) : prev_(t_plan_on_meta) { t_plan_on_meta = on; }
+PlanKernelsOnMeta::~PlanKernelsOnMeta() { t_plan_on_meta = prev_; }
+bool plan_kernels_on_meta() { return t_plan_on_meta; }
+const OpFailure& last_op_failure() { return t_failure; }
+void clear_op_failure() { t_failure = OpFailure{}; }
 
 namespace {
 thread_local bool t_fill_nan = false;
@@ -136,6 +146,13 @@ Tensor contiguous_copy(const Tensor& t) {
     }
   }
   return r;
+}
+
+void note_failure(std::string_view op, std::span<const Tensor> in) {
+  t_failure.op = std::string(op);
+  t_failure.scope = current_scope();
+  t_failure.in_shapes.clear();
+  for (auto& t : in) t_failure.in_shapes.push_back(t.defined() ? t.shape() : Shape{});
 }
 
 void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,

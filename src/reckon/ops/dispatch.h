@@ -44,6 +44,7 @@ Tensor contiguous_copy(const Tensor& t);  // plain copy, no autograd
 void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
             std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
             int64_t workspace_bytes, int64_t saved_bytes);
+void note_failure(std::string_view op, std::span<const Tensor> in);  // see last_op_failure()
 }  // namespace detail
 
 template <class Op>
@@ -51,7 +52,13 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
   static_assert(OpDef<Op>);
   Device dev = Device::cpu;
   detail::check_same_device(Op::kName, in, dev);
-  std::vector<TensorSpec> specs = Op::infer(in, attrs);
+  std::vector<TensorSpec> specs;
+  try {
+    specs = Op::infer(in, attrs);
+  } catch (const Error&) {
+    detail::note_failure(Op::kName, in);
+    throw;
+  }
   std::vector<Tensor> out;
   out.reserve(specs.size());
 
@@ -96,6 +103,20 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
       ws = ctx.workspace_bytes();
     } else if (dev == Device::cuda) {
       throw Error(fmt::format("[{}] this build has no cuda kernels", Op::kName));
+    } else if (dev == Device::meta) {
+      // Planning: the cpu kernel requests its workspace (accounted on meta) and runs nothing.
+      if constexpr (HasCpuKernel<Op>) {
+        if (plan_kernels_on_meta() && cpu_kernel_plans<Op> && !force_reference()) {
+          KernelCtx ctx(KernelCtx::Mode::plan);
+          Support s = Op::cpu(ctx, kin, out, attrs);
+          if (s.ok) {
+            kernel = "plan";
+            ws = ctx.workspace_bytes();
+          } else {
+            skipped = s.why;
+          }
+        }
+      }
     }
   }
 

@@ -59,8 +59,15 @@ struct Support {
 };
 
 // What a kernel can ask of the framework while it runs.
+// A planning context (Mode::plan) is what the dispatcher hands a cpu kernel on the meta
+// device when kernel planning is on (PlanKernelsOnMeta): the kernel requests exactly the
+// workspace it would request for real, which is then accounted on the meta device, and
+// returns without touching data (tensors are meta: raw_data() is null).
 class KernelCtx {
  public:
+  enum class Mode : uint8_t { run, plan };
+  explicit KernelCtx(Mode m = Mode::run) : mode_(m) {}
+  bool planning() const { return mode_ == Mode::plan; }
   // Reference kernels report the MACs they actually perform; the op harness checks the sum
   // against cost().macs.
   void count_macs(int64_t n) { macs_counted_ += n; }
@@ -73,11 +80,12 @@ class KernelCtx {
   T* scratch(int64_t n) {
     held_.push_back(workspace(n * int64_t(sizeof(T))));
     T* p = static_cast<T*>(held_.back().raw_data());
-    std::fill_n(p, n, T(0));
+    if (p) std::fill_n(p, n, T(0));
     return p;
   }
 
  private:
+  Mode mode_ = Mode::run;
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
   int64_t workspace_bytes_ = 0;
@@ -99,7 +107,7 @@ struct OpRecord {
   std::string scope;        // module path, e.g. "features.0"
   bool backward = false;    // ran inside a backward pass
   Cost cost;
-  std::string_view kernel;  // "cpu", "ref" or "none" (meta)
+  std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)
   std::string skipped;      // why the fast kernel was not used ("" if it was)
   std::vector<Shape> in_shapes, out_shapes;
   int64_t macs_counted = -1;  // what the reference kernel counted, -1 if it did not run
@@ -130,6 +138,35 @@ class ScopeGuard {
 const std::string& current_scope();
 void set_scope_for_backward(const std::string* scope, bool backward);  // engine use
 bool in_backward();
+
+// Kernel planning on the meta device. A cpu kernel that can plan says so by setting
+// cpu_kernel_plans<Op> = true at static initialisation (kernels/cpu/conv.cpp, matmul.cpp).
+// While a PlanKernelsOnMeta guard is on (the ledger turns it on; the default is off), the
+// dispatcher calls such a kernel on meta tensors with a planning context, so the workspace the
+// real run will request is accounted on the meta device at the same moment of the same op.
+template <class Op>
+inline bool cpu_kernel_plans = false;
+class PlanKernelsOnMeta {
+ public:
+  explicit PlanKernelsOnMeta(bool on = true);
+  ~PlanKernelsOnMeta();
+  PlanKernelsOnMeta(const PlanKernelsOnMeta&) = delete;
+  PlanKernelsOnMeta& operator=(const PlanKernelsOnMeta&) = delete;
+
+ private:
+  bool prev_;
+};
+bool plan_kernels_on_meta();
+
+// The last op call on this thread whose shape inference threw: the op and the module scope it
+// ran in, so a caller catching the error can name the layer where the shape broke.
+struct OpFailure {
+  std::string op;
+  std::string scope;
+  std::vector<Shape> in_shapes;
+};
+const OpFailure& last_op_failure();
+void clear_op_failure();
 
 // Forcing the reference kernels (tests compare the fast kernels against them).
 class ForceReference {

@@ -1,0 +1,287 @@
+// The device catalog: datasheet GPUs and this machine's calibrated CPU (devices.h).
+#include "reckon/ledger/devices.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "reckon/ops/functional.h"
+#include "reckon/ops/node.h"
+#include "reckon/ops/op.h"
+
+namespace reckon {
+
+namespace {
+using json = nlohmann::json;
+constexpr double kT = 1e12;
+constexpr double kG = 1e9;
+constexpr int64_t kGB = 1000LL * 1000 * 1000;
+
+// Per-op fixed cost assumed for the GPUs: an eager framework's kernel launch plus its own
+// dispatch, about 5 us (not a datasheet figure; reckon has no cuda backend to calibrate yet).
+constexpr double kGpuOpOverheadS = 5e-6;
+
+// Datasheet figures, dense (the datasheets print the 2:4 structured-sparsity figures with an
+// asterisk; those are twice the dense ones and are not used). Tensor-core rates for bf16/fp16 are
+// the FP32-accumulate ones.
+std::vector<DeviceSpec> gpus() {
+  std::vector<DeviceSpec> g;
+  // NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM / 80GB SXM columns): FP32 19.5 TFLOPS,
+  // TF32 156 TFLOPS, BF16 312, FP16 312, INT8 624 TOPS; HBM2 1,555 GB/s (40GB), HBM2e
+  // 2,039 GB/s (80GB).
+  g.push_back({"a100", "NVIDIA A100 SXM4 40GB", "NVIDIA A100 datasheet (dense)", false, 19.5 * kT, 156 * kT,
+               312 * kT, 312 * kT, 624 * kT, 1555 * kG, 40 * kGB, kGpuOpOverheadS});
+  g.push_back({"a100-80gb", "NVIDIA A100 SXM4 80GB", "NVIDIA A100 datasheet (dense)", false, 19.5 * kT, 156 * kT,
+               312 * kT, 312 * kT, 624 * kT, 2039 * kG, 80 * kGB, kGpuOpOverheadS});
+  // NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): FP32 67 TFLOPS; TF32 989, BF16 1,979,
+  // FP16 1,979 TFLOPS and INT8 3,958 TOPS with sparsity, so dense 494.5 / 989.5 / 989.5 / 1,979;
+  // HBM3 3.35 TB/s, 80 GB.
+  g.push_back({"h100", "NVIDIA H100 SXM5 80GB", "NVIDIA H100 datasheet (dense = sparse / 2)", false, 67 * kT,
+               494.5 * kT, 989.5 * kT, 989.5 * kT, 1979 * kT, 3350 * kG, 80 * kGB, kGpuOpOverheadS});
+  // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): the H100 SXM's compute (FP32 67 TFLOPS,
+  // TF32 989*, BF16 1,979*, FP16 1,979*, INT8 3,958* with sparsity), HBM3e 4.8 TB/s, 141 GB.
+  g.push_back({"h200", "NVIDIA H200 SXM 141GB", "NVIDIA H200 datasheet (dense = sparse / 2)", false, 67 * kT,
+               494.5 * kT, 989.5 * kT, 989.5 * kT, 1979 * kT, 4800 * kG, 141 * kGB, kGpuOpOverheadS});
+  // NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3 TFLOPS; TF32 120, BF16 242, FP16 242 TFLOPS
+  // and INT8 485 TOPS with sparsity (dense 60 / 121 / 121 / 242.5); GDDR6 300 GB/s, 24 GB.
+  g.push_back({"l4", "NVIDIA L4 24GB", "NVIDIA L4 datasheet (dense = sparse / 2)", false, 30.3 * kT, 60 * kT,
+               121 * kT, 121 * kT, 242.5 * kT, 300 * kG, 24 * kGB, kGpuOpOverheadS});
+  // NVIDIA Ada Lovelace architecture whitepaper, GeForce RTX 4090: FP32 82.6 TFLOPS; dense
+  // tensor TF32 82.6, BF16 and FP16 (FP32 accumulate) 165.2 TFLOPS, INT8 660.6 TOPS;
+  // GDDR6X 1,008 GB/s, 24 GB.
+  g.push_back({"rtx4090", "NVIDIA GeForce RTX 4090 24GB", "NVIDIA Ada Lovelace whitepaper (dense)", false,
+               82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 660.6 * kT, 1008 * kG, 24 * kGB, kGpuOpOverheadS});
+  return g;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) {
+        std::string s = line.substr(p + 1);
+        s.erase(0, s.find_first_not_of(" \t"));
+        return s;
+      }
+    }
+  return "unknown CPU";
+}
+
+int64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
+}
+
+std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Best time of reps runs of f (after one warm-up run).
+template <class F>
+double best_of(int reps, F&& f) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+std::optional<DeviceSpec> read_cache() {
+  std::ifstream f(device_cache_path());
+  if (!f) return std::nullopt;
+  try {
+    json j = json::parse(f);
+    const json& e = j.at("cpus").at(cache_key());
+    DeviceSpec d;
+    d.name = "cpu";
+    d.description = e.at("description").get<std::string>();
+    d.source = "calibrated " + e.at("calibrated_at").get<std::string>() + " (cached in " + device_cache_path() + ")";
+    d.calibrated = true;
+    d.fp32_flops = e.at("fp32_gflops").get<double>() * kG;
+    d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
+    d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
+    d.memory_bytes = physical_memory_bytes();
+    if (d.fp32_flops <= 0 || d.bandwidth_bytes <= 0) return std::nullopt;
+    return d;
+  } catch (const std::exception&) {
+    return std::nullopt;  // missing, old or damaged: calibrate again
+  }
+}
+
+void write_cache(const DeviceSpec& d, const std::string& when) {
+  namespace fs = std::filesystem;
+  const std::string path = device_cache_path();
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  json j = json::object();
+  {
+    std::ifstream f(path);
+    if (f) try {
+        j = json::parse(f);
+      } catch (const std::exception&) {
+        j = json::object();
+      }
+  }
+  if (!j.is_object()) j = json::object();
+  j["version"] = 1;
+  j["cpus"][cache_key()] = {{"description", d.description},
+                            {"calibrated_at", when},
+                            {"fp32_gflops", d.fp32_flops / kG},
+                            {"bandwidth_gbs", d.bandwidth_bytes / kG},
+                            {"op_overhead_us", d.op_overhead_s * 1e6}};
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream o(tmp);
+    if (!o) return;  // a read-only home: the calibration is simply not kept
+    o << j.dump(2) << "\n";
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::mutex g_cpu_mu;
+std::optional<DeviceSpec> g_cpu;
+}  // namespace
+
+double DeviceSpec::peak(const std::string& precision) const {
+  double p = precision == "fp32"   ? fp32_flops
+             : precision == "tf32" ? tf32_flops
+             : precision == "bf16" ? bf16_flops
+             : precision == "fp16" ? fp16_flops
+             : precision == "int8" ? int8_ops
+                                   : -1;
+  RK_CHECK(p >= 0, "[ledger] unknown precision '{}' (fp32, tf32, bf16, fp16, int8)", precision);
+  RK_CHECK(p > 0, "[ledger] device {} has no {} peak in the catalog", name, precision);
+  return p;
+}
+
+double DeviceSpec::op_time_s(double flops, double bytes, const std::string& precision) const {
+  return std::max(flops / peak(precision), bytes / bandwidth_bytes) + op_overhead_s;
+}
+
+std::vector<std::string> device_names() {
+  std::vector<std::string> r = {"cpu"};
+  for (const auto& g : gpus()) r.push_back(g.name);
+  return r;
+}
+
+std::string device_cache_path() {
+  if (const char* d = std::getenv("RECKON_CACHE_DIR"); d && *d) return std::string(d) + "/devices.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/reckon/devices.json";
+}
+
+void forget_cpu_calibration() {
+  std::lock_guard<std::mutex> g(g_cpu_mu);
+  g_cpu.reset();
+}
+
+DeviceSpec calibrate_cpu() {
+  NoGrad no_grad;
+  TagGuard tag(Tag::temporary);
+  DeviceSpec d;
+  d.name = "cpu";
+  d.calibrated = true;
+  const int threads = omp_get_max_threads();
+  d.description = fmt::format("{}, {} thread{}", cpu_model_name(), threads, threads == 1 ? "" : "s");
+  d.memory_bytes = physical_memory_bytes();
+  {
+    // fp32 peak: y = x w^T with x, w 1024 x 1024 (1.07 G MACs), reckon's linear op (oneDNN).
+    // Many short runs, the best kept: a machine shared with other jobs has quiet moments.
+    const int64_t n = 1024;
+    Tensor x = Tensor::empty({n, n}), w = Tensor::empty({n, n});
+    fill_uniform_(x, -1, 1);
+    fill_uniform_(w, -1, 1);
+    double s = best_of(15, [&] { linear(x, w); });
+    d.fp32_flops = 2.0 * double(n * n * n) / s;
+  }
+  {
+    // Bandwidth: relu over 128 MiB (read 128 MiB, write 128 MiB) with reckon's cpu kernel.
+    const int64_t n = int64_t(32) << 20;
+    Tensor x = Tensor::empty({n});
+    fill_(x, 1.0);
+    double s = best_of(7, [&] { relu(x); });
+    d.bandwidth_bytes = 2.0 * double(n) * 4.0 / s;
+  }
+  {
+    // Per-op overhead as a training step pays it: 64 relus of one element, their autograd nodes,
+    // and the backward pass through them (dispatcher, allocator, node, engine, kernel call),
+    // divided by the number of op calls made.
+    Tensor x = Tensor::ones({1});
+    x.set_requires_grad(true);
+    int64_t calls = 0;
+    auto chain = [&] {
+      EnableGrad grad;
+      Tensor y = x;
+      for (int i = 0; i < 64; ++i) y = relu(y);
+      sum(y).backward();
+      x.set_grad(Tensor());
+    };
+    {
+      ObserveOps count([&](const OpRecord&) { ++calls; });
+      chain();
+    }
+    double s = best_of(20, chain);
+    d.op_overhead_s = s / double(std::max<int64_t>(calls, 1));
+  }
+  host_cache_release();  // the calibration's big blocks go back to the system
+  d.description += " (calibrated)";
+  d.source = "calibrated now";
+  return d;
+}
+
+DeviceSpec device_spec(const std::string& name) {
+  std::string key = lower(name);
+  if (key == "a100-40gb") key = "a100";
+  if (key == "cpu") {
+    std::lock_guard<std::mutex> g(g_cpu_mu);
+    if (!g_cpu) {
+      if (auto c = read_cache()) {
+        g_cpu = *c;
+      } else {
+        DeviceSpec c2 = calibrate_cpu();
+        std::string when = now_utc();
+        write_cache(c2, when);
+        c2.source = "calibrated " + when + " (cached in " + device_cache_path() + ")";
+        g_cpu = c2;
+      }
+    }
+    return *g_cpu;
+  }
+  for (const auto& g : gpus())
+    if (g.name == key) return g;
+  std::string known;
+  for (const auto& n : device_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(fmt::format("[ledger] unknown device '{}'; known devices: {}", name, known));
+}
+
+}  // namespace reckon

@@ -1,0 +1,50 @@
+// The device catalog the ledger times a step against: this machine's CPU, measured on first use
+// by a short calibration through reckon's own ops (so the peak is what reckon's kernels reach,
+// not what the vendor prints) and cached, plus datasheet entries for common GPUs (dense figures,
+// no structured sparsity). A device is a roofline: a compute peak per precision, a memory
+// bandwidth, and a fixed cost per op. Not here: caches, clocks under load, multi-GPU links.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace reckon {
+
+struct DeviceSpec {
+  std::string name;         // catalog key: "cpu", "a100", "h100", ...
+  std::string description;  // "AMD EPYC, 2 threads (calibrated)", "NVIDIA H100 SXM5 80GB"
+  std::string source;       // where the figures come from
+  bool calibrated = false;  // measured on this machine (true) or from a datasheet
+  // Peak dense throughput in operations per second (FLOP/s; int8: OP/s); 0 = unknown.
+  double fp32_flops = 0, tf32_flops = 0, bf16_flops = 0, fp16_flops = 0, int8_ops = 0;
+  double bandwidth_bytes = 0;  // memory bandwidth, bytes per second
+  int64_t memory_bytes = 0;    // device memory (the CPU: physical memory)
+  double op_overhead_s = 0;    // fixed time per op call (dispatch, kernel launch)
+
+  // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
+  double peak(const std::string& precision) const;
+  // The roofline's ridge point: peak / bandwidth, in FLOPs per byte. An op whose arithmetic
+  // intensity is above it is compute-bound on this device, below it bandwidth-bound.
+  double ridge(const std::string& precision) const { return peak(precision) / bandwidth_bytes; }
+  // max(flops / peak, bytes / bandwidth) + op_overhead_s.
+  double op_time_s(double flops, double bytes, const std::string& precision) const;
+};
+
+// Catalog keys, "cpu" first.
+std::vector<std::string> device_names();
+// The entry for a key (case-insensitive; "a100-40gb" is "a100"). "cpu" is read from the cache
+// file or calibrated now and cached. Throws naming the known devices for an unknown key.
+DeviceSpec device_spec(const std::string& name);
+
+// Measures this machine now (about a second): fp32 peak from the best of 15 1024^3 linear
+// ops, bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
+// 1-element relus run forward and backward (so autograd's share of each op call is in it).
+DeviceSpec calibrate_cpu();
+// Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
+// ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count.
+std::string device_cache_path();
+// Drops this process's cached cpu entry so the next device_spec("cpu") calibrates again (and
+// rewrites the cache file).
+void forget_cpu_calibration();
+
+}  // namespace reckon

@@ -1,0 +1,497 @@
+// The ledger: one training step on the meta device, read back from the op records and the
+// meta tracker (ledger.h). The measured side runs the same step function on the cpu.
+#include "reckon/ledger/ledger.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "reckon/nn/models/registry.h"
+#include "reckon/nn/module.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/node.h"
+#include "reckon/ops/op.h"
+#include "reckon/optim/optim.h"
+
+namespace reckon {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_config(const LedgerConfig& cfg) {
+  RK_CHECK(cfg.batch > 0, "[ledger] the batch must be positive, got {}", cfg.batch);
+  RK_CHECK(cfg.precision == "fp32",
+           "[ledger] precision '{}' is not supported yet: the ledger runs fp32 steps only (bf16 and fp16 come with "
+           "autocast)",
+           cfg.precision);
+  RK_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw", "[ledger] unknown optimizer '{}' (sgd or adamw)",
+           cfg.optimizer);
+  RK_CHECK(cfg.momentum >= 0.0, "[ledger] SGD momentum must be >= 0, got {}", cfg.momentum);
+  RK_CHECK(cfg.num_classes >= 0, "[ledger] the number of classes must be positive (0: the model's default), got {}",
+           cfg.num_classes);
+  RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
+  RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
+  RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
+  device_spec(cfg.device);  // throws naming the known devices
+}
+
+void check_sample_shape(const Shape& s) {
+  bool ok = s.size() == 3;
+  for (auto d : s) ok = ok && d > 0;
+  RK_CHECK(ok, "[ledger] the input must be one sample's C x H x W with positive sizes, got {}", shape_str(s));
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const LedgerConfig& cfg, std::vector<Tensor> params) {
+  if (cfg.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params));
+  return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = 0.01, .momentum = cfg.momentum});
+}
+
+// Bytes of the distinct storages of a module's parameters and buffers (what it holds in `param`).
+int64_t module_bytes(const nn::Module& m) {
+  std::unordered_set<const Storage*> seen;
+  int64_t b = 0;
+  auto add = [&](const std::vector<std::pair<std::string, Tensor>>& ts) {
+    for (const auto& [n, t] : ts)
+      if (seen.insert(&t.storage()).second) b += t.storage().bytes();
+  };
+  add(m.named_parameters());
+  add(m.named_buffers());
+  return b;
+}
+
+// The tracker's live bytes that belong to others (not this model, not this step): subtracted
+// from everything the step reports.
+struct Others {
+  std::array<int64_t, kNumTags> bytes{};
+  int64_t total = 0;
+};
+Others others_now(Device d, const nn::Module& m) {
+  MemStats s = tracker(d).stats();
+  Others o;
+  o.bytes = s.live_bytes;
+  o.bytes[int(Tag::param)] -= module_bytes(m);
+  for (auto b : o.bytes) o.total += b;
+  return o;
+}
+LedgerMemory memory_since(Device d, const Others& o) {
+  MemStats s = tracker(d).stats();
+  LedgerMemory m;
+  for (int i = 0; i < kNumTags; ++i) {
+    m.at_peak_bytes[size_t(i)] = s.at_peak_bytes[size_t(i)] - o.bytes[size_t(i)];
+    m.tag_peak_bytes[size_t(i)] = s.peak_bytes[size_t(i)] - o.bytes[size_t(i)];
+  }
+  m.peak_bytes = s.peak_total_bytes - o.total;
+  return m;
+}
+
+// Which part of the step runs now. The engine sums gradients that meet (residual branches)
+// outside any node, so those ops carry no scope and no backward flag; the phase names them.
+enum class Phase { forward, backward, optimizer };
+thread_local Phase t_phase = Phase::forward;
+
+// An observer's copy of a record, with the phase applied: ops the engine runs between nodes
+// are backward ops of "(autograd)" (gradient sums); the optimizer's are under "(optimizer)".
+OpRecord in_phase(const OpRecord& r) {
+  OpRecord c = r;
+  if (t_phase == Phase::backward && !r.backward) {  // run by the engine itself, not by a node
+    c.backward = true;
+    if (c.scope.empty()) c.scope = "(autograd)";
+  }
+  return c;
+}
+
+// One training step as a training loop runs it (the gradients were dropped before).
+int64_t train_step(nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  struct PhaseGuard {
+    ~PhaseGuard() { t_phase = Phase::forward; }
+  } guard;
+  Tensor loss;
+  int64_t classes = 0;
+  t_phase = Phase::forward;
+  {
+    Tensor logits = m(x);
+    classes = logits.dim() == 2 ? logits.size(1) : 0;
+    ScopeGuard scope("(loss)");
+    loss = cross_entropy(logits, y);
+  }
+  t_phase = Phase::backward;
+  loss.backward();
+  t_phase = Phase::optimizer;
+  ScopeGuard scope("(optimizer)");
+  opt.step();
+  return classes;
+}
+
+std::string row_key(const std::string& scope) { return scope.empty() ? "(model)" : scope; }
+
+// /proc/self/status fields in bytes (0 when unreadable).
+int64_t proc_status_bytes(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(f, line))
+    if (line.compare(0, n, field) == 0) {
+      std::istringstream is(line.substr(n));
+      int64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+// Resets the process's peak resident set (VmHWM) to the current one (Linux >= 4.0).
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return bool(f);
+}
+
+struct MetaRun {
+  std::vector<OpRecord> records;
+  LedgerMemory memory;
+  int64_t classes = 0;
+  int64_t input_bytes = 0;
+  int64_t grad_bytes = 0, state_bytes = 0;  // live after the step: gradients, optimizer state
+};
+
+MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig& cfg, const std::string& label) {
+  RK_CHECK(model.device() == Device::meta, "[ledger] {}: the model must be built on the meta device, not {}", label,
+           device_name(model.device()));
+  MetaRun r;
+  PlanKernelsOnMeta plan(cfg.plan_workspace);
+  model.train();
+  model.zero_grad(true);
+  auto opt = make_optimizer(cfg, model.parameters());
+  Others others = others_now(Device::meta, model);
+  Tensor x, y;
+  {
+    TagGuard tag(Tag::input);
+    x = Tensor::empty(in_shape, DType::f32, Device::meta);
+    y = Tensor::empty({in_shape[0]}, DType::i64, Device::meta);
+  }
+  r.input_bytes = x.nbytes();
+  clear_op_failure();
+  try {
+    train_step(model, *opt, x, y);  // warm-up: the optimizer's state now exists, as in training
+    opt->zero_grad();
+    tracker(Device::meta).reset_peak();
+    ObserveOps obs([&](const OpRecord& rec) { r.records.push_back(in_phase(rec)); });
+    r.classes = train_step(model, *opt, x, y);
+  } catch (const Error& e) {
+    model.zero_grad(true);
+    const OpFailure& f = last_op_failure();
+    if (f.op.empty()) throw Error(fmt::format("[ledger] {} with input {}: {}", label, shape_str(in_shape), e.what()));
+    std::string type;
+    for (auto& [name, mod] : model.named_modules())
+      if (name == f.scope) type = mod->type_name();
+    std::string shapes;
+    for (const auto& s : f.in_shapes)
+      if (!s.empty()) shapes += (shapes.empty() ? "" : ", ") + shape_str(s);
+    throw Error(fmt::format("[ledger] {} with input {}: the shape broke at layer {}{}, op {} on {}: {}", label,
+                            shape_str(in_shape), row_key(f.scope), type.empty() ? "" : " (" + type + ")", f.op,
+                            shapes, e.what()));
+  }
+  r.memory = memory_since(Device::meta, others);
+  {
+    MemStats end = tracker(Device::meta).stats();
+    r.grad_bytes = end.live_bytes[int(Tag::grad)] - others.bytes[int(Tag::grad)];
+    r.state_bytes = end.live_bytes[int(Tag::optimizer)] - others.bytes[int(Tag::optimizer)];
+  }
+  opt.reset();
+  model.zero_grad(true);
+  return r;
+}
+
+void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs) {
+  std::unordered_map<std::string, const nn::Module*> mods;
+  for (auto& [name, mod] : model.named_modules()) mods[name] = mod;
+  std::unordered_map<std::string, size_t> index;
+  std::vector<std::vector<std::string>> bwd_ops;  // per row: backward op names, for rows with no forward op
+  for (const OpRecord& r : recs) {
+    const std::string key = row_key(r.scope);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      LedgerRow row;
+      row.scope = key;
+      if (auto m = mods.find(r.scope); m != mods.end() && key != "(loss)") {
+        row.type = m->second->type_name();
+        for (const auto& [n, t] : m->second->local_parameters()) row.params += t.numel();
+      }
+      it = index.emplace(key, L.rows.size()).first;
+      L.rows.push_back(std::move(row));
+      bwd_ops.emplace_back();
+    }
+    LedgerRow& row = L.rows[it->second];
+    const int64_t flops = 2 * r.cost.macs + r.cost.flops, bytes = r.cost.bytes_read + r.cost.bytes_written;
+    row.num_ops++;
+    row.bytes_moved += bytes;
+    row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
+    if (r.backward) {
+      row.bwd_macs += r.cost.macs;
+      row.bwd_flops += flops;
+      auto& names = bwd_ops[it->second];
+      if (std::find(names.begin(), names.end(), r.op) == names.end()) names.emplace_back(r.op);
+    } else {
+      row.fwd_macs += r.cost.macs;
+      row.fwd_flops += flops;
+      row.saved_bytes += r.saved_bytes;
+      if (!r.out_shapes.empty()) row.out_shape = r.out_shapes[0];
+      if (std::find(row.ops.begin(), row.ops.end(), r.op) == row.ops.end()) row.ops.emplace_back(r.op);
+      if (r.op == "conv2d") L.totals.conv_macs += r.cost.macs;
+      if (r.op == "linear" || r.op == "matmul") L.totals.linear_macs += r.cost.macs;
+    }
+  }
+  for (size_t i = 0; i < L.rows.size(); ++i)
+    if (L.rows[i].ops.empty()) L.rows[i].ops = bwd_ops[i];
+  for (auto& row : L.rows) {
+    row.intensity = row.bytes_moved > 0 ? double(row.fwd_flops + row.bwd_flops) / double(row.bytes_moved) : 0.0;
+    L.totals.fwd_macs += row.fwd_macs;
+    L.totals.bwd_macs += row.bwd_macs;
+    L.totals.flops += row.fwd_flops + row.bwd_flops;
+    L.totals.bytes_moved += row.bytes_moved;
+    L.totals.saved_bytes += row.saved_bytes;
+    L.totals.num_ops += row.num_ops;
+  }
+}
+
+// Roofline time of every op on one device; per row into time_s (or cpu_time_s).
+LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpRecord>& recs) {
+  LedgerTime t;
+  t.device = dev;
+  t.precision = L.config.precision;
+  t.peak_flops = dev.peak(t.precision);
+  t.ridge = dev.ridge(t.precision);
+  for (const OpRecord& r : recs) {
+    const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
+    const double tc = flops / t.peak_flops, tm = bytes / dev.bandwidth_bytes;
+    if (tc >= tm) {
+      t.compute_s += tc;
+      t.compute_bound_ops++;
+    } else {
+      t.memory_s += tm;
+      t.memory_bound_ops++;
+    }
+    t.overhead_s += dev.op_overhead_s;
+  }
+  t.optimizer_s = double(L.totals.optimizer_bytes) / dev.bandwidth_bytes;
+  t.memory_s += t.optimizer_s;
+  t.step_s = t.compute_s + t.memory_s + t.overhead_s;
+  t.fits = L.memory.peak_bytes <= dev.memory_bytes;
+  if (L.config.dataset_size > 0) {
+    t.steps_per_epoch = (L.config.dataset_size + L.totals.batch - 1) / L.totals.batch;
+    t.epochs = L.config.epochs;
+    t.run_s = double(t.steps_per_epoch) * double(t.epochs) * t.step_s;
+  }
+  return t;
+}
+
+void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& dev, const DeviceSpec& cpu) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < L.rows.size(); ++i) index[L.rows[i].scope] = i;
+  const std::string& p = L.config.precision;
+  for (const OpRecord& r : recs) {
+    LedgerRow& row = L.rows[index.at(row_key(r.scope))];
+    const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
+    row.time_s += dev.op_time_s(flops, bytes, p);
+    row.cpu_time_s += cpu.op_time_s(flops, bytes, p);
+  }
+  if (auto it = index.find("(optimizer)"); it != index.end()) {
+    LedgerRow& row = L.rows[it->second];
+    row.time_s += double(L.totals.optimizer_bytes) / dev.bandwidth_bytes;
+    row.cpu_time_s += double(L.totals.optimizer_bytes) / cpu.bandwidth_bytes;
+  }
+  const double ridge = dev.ridge(p);
+  for (auto& row : L.rows) row.compute_bound = row.intensity >= ridge;
+}
+
+// The same step for real on the cpu: memory by tag, resident memory and time per layer.
+void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const std::vector<OpRecord>& meta_recs) {
+  const LedgerConfig& cfg = L.config;
+  LedgerMeasured& M = L.measured;
+  RK_CHECK(model.device() == Device::cpu, "[ledger] --measure: the measured model must be on the cpu, not {}",
+           device_name(model.device()));
+  M.rss_before_bytes = proc_status_bytes("VmRSS:");
+  model.train();
+  model.zero_grad(true);
+  auto opt = make_optimizer(cfg, model.parameters());
+  Others others = others_now(Device::cpu, model);
+  Tensor x, y;
+  {
+    TagGuard tag(Tag::input);
+    x = Tensor::empty(in_shape, DType::f32, Device::cpu);
+    Generator g(0x1ed9e7);
+    fill_uniform_(x, -1.0, 1.0, g);
+    y = Tensor::empty({in_shape[0]}, DType::i64, Device::cpu);
+    for (int64_t i = 0; i < in_shape[0]; ++i) y.set(i, double(i % std::max<int64_t>(L.num_classes, 1)));
+  }
+  train_step(model, *opt, x, y);  // warm-up: optimizer state, oneDNN plans, the host cache
+  opt->zero_grad();
+  tracker(Device::cpu).reset_peak();
+  M.rss_peak_reset = reset_peak_rss();
+
+  // Each op's time is the wall time from the previous op's record to its own (so the engine's
+  // and the dispatcher's work between kernels is counted); the best of the timed steps is kept
+  // per op, since a machine shared with other jobs slows some steps down.
+  std::vector<OpRecord> recs;
+  std::vector<double> op_s;
+  double best_step_s = 1e30, best_optimizer_s = 1e30;
+  for (int s = 0; s < cfg.measure_steps; ++s) {
+    opt->zero_grad();
+    size_t i = 0;
+    const auto t0 = Clock::now();
+    auto last = t0;
+    {
+      ObserveOps obs([&](const OpRecord& r) {
+        const auto now = Clock::now();
+        if (s == 0) {
+          recs.push_back(in_phase(r));
+          op_s.push_back(1e30);
+        }
+        if (i < op_s.size()) op_s[i] = std::min(op_s[i], std::chrono::duration<double>(now - last).count());
+        ++i;
+        // What the allocator holds from the system after this op: live blocks and its cache.
+        const int64_t cache = host_cache_bytes();
+        const int64_t held = tracker(Device::cpu).stats().live_total_bytes - others.total + cache;
+        if (held > M.allocator_held_bytes) {
+          M.allocator_held_bytes = held;
+          M.host_cache_bytes = cache;
+        }
+        last = Clock::now();
+      });
+      train_step(model, *opt, x, y);
+    }
+    const auto t1 = Clock::now();
+    best_optimizer_s = std::min(best_optimizer_s, std::chrono::duration<double>(t1 - last).count());
+    best_step_s = std::min(best_step_s, std::chrono::duration<double>(t1 - t0).count());
+  }
+  M.ran = true;
+  M.steps = cfg.measure_steps;
+  M.optimizer_s = best_optimizer_s;
+  M.step_s = best_optimizer_s;
+  for (double t : op_s) M.step_s += t;
+  M.best_step_wall_s = best_step_s;
+  M.memory = memory_since(Device::cpu, others);
+  M.rss_peak_bytes = proc_status_bytes("VmHWM:");
+
+  std::unordered_map<std::string, size_t> index;
+  for (size_t k = 0; k < L.rows.size(); ++k) index[L.rows[k].scope] = k;
+  for (auto& row : L.rows) row.measured_s = 0;
+  for (size_t k = 0; k < recs.size(); ++k) {
+    auto it = index.find(row_key(recs[k].scope));
+    if (it != index.end()) L.rows[it->second].measured_s += op_s[k];
+  }
+  if (auto it = index.find("(optimizer)"); it != index.end()) L.rows[it->second].measured_s += M.optimizer_s;
+  // Workspace the meta device could not see: kernels that ran here but do not plan.
+  const bool aligned = recs.size() == meta_recs.size();
+  std::vector<std::string> names;
+  for (size_t k = 0; k < recs.size(); ++k) {
+    if (recs[k].workspace_bytes <= 0) continue;
+    if (aligned && meta_recs[k].op == recs[k].op && meta_recs[k].workspace_bytes == recs[k].workspace_bytes) continue;
+    M.unplanned_workspace_bytes = std::max(M.unplanned_workspace_bytes, recs[k].workspace_bytes);
+    std::string n = std::string(recs[k].op) + " (" + std::string(recs[k].kernel) + ")";
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  for (const auto& n : names) M.unplanned_ops += (M.unplanned_ops.empty() ? "" : ", ") + n;
+  opt.reset();
+  model.zero_grad(true);
+}
+
+Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& sample, const LedgerConfig& cfg,
+                  const std::function<nn::Module*()>& cpu_model_of) {
+  check_config(cfg);
+  check_sample_shape(sample);
+  Ledger L;
+  L.model = label;
+  L.model_type = model.type_name();
+  L.config = cfg;
+  L.input_shape = sample;
+  L.input_shape.insert(L.input_shape.begin(), cfg.batch);
+  auto say = [&](const std::string& what) {
+    if (cfg.progress) cfg.progress(what);
+  };
+  say(fmt::format("{}: one training step on the meta device", label));
+  MetaRun run = run_on_meta(model, L.input_shape, cfg, label);
+  L.num_classes = run.classes;
+  L.memory = run.memory;
+  L.totals.batch = cfg.batch;
+  L.totals.input_bytes = run.input_bytes;
+  for (const auto& p : model.parameters()) {
+    L.totals.params += p.numel();
+    L.totals.param_bytes += p.nbytes();
+  }
+  build_rows(L, model, run.records);
+  // The optimizer's update is no op (plain loops over each parameter): until the optimizers
+  // declare a cost, it is one elementwise pass over what the meta run says they own: it reads
+  // the parameters, their gradients and its state, and writes the parameters and its state.
+  L.totals.optimizer_bytes = 2 * L.totals.param_bytes + run.grad_bytes + 2 * run.state_bytes;
+  {
+    auto it = std::find_if(L.rows.begin(), L.rows.end(), [](const LedgerRow& r) { return r.scope == "(optimizer)"; });
+    if (it == L.rows.end()) {
+      L.rows.push_back(LedgerRow{});
+      it = L.rows.end() - 1;
+      it->scope = "(optimizer)";
+    }
+    it->type = cfg.optimizer == "adamw" ? "AdamW" : "SGD";
+    it->ops.insert(it->ops.begin(), "update");
+    it->bytes_moved += L.totals.optimizer_bytes;
+    it->intensity = it->bytes_moved > 0 ? double(it->fwd_flops + it->bwd_flops) / double(it->bytes_moved) : 0.0;
+    L.totals.bytes_moved += L.totals.optimizer_bytes;
+  }
+
+  say("timing: the device catalog (this cpu is calibrated once, then cached)");
+  const DeviceSpec dev = device_spec(cfg.device), cpu = device_spec("cpu");
+  row_times(L, run.records, dev, cpu);
+  L.times.push_back(time_on(dev, L, run.records));
+  for (const auto& name : device_names())
+    if (name != dev.name) L.times.push_back(time_on(device_spec(name), L, run.records));
+
+  if (cfg.measure) {
+    RK_CHECK(double(L.memory.peak_bytes) < 0.8 * double(cpu.memory_bytes),
+             "[ledger] {}: not measuring: the step needs {} (predicted) and this machine has {} of memory", label,
+             format_mib(L.memory.peak_bytes), format_mib(cpu.memory_bytes));
+    nn::Module* cpu_model = cpu_model_of();
+    RK_CHECK(cpu_model != nullptr, "[ledger] {}: measuring needs the model built on the cpu too", label);
+    say(fmt::format("{}: measuring the same step on the cpu (1 warm-up + {} timed steps)", label, cfg.measure_steps));
+    measure_on_cpu(L, *cpu_model, L.input_shape, run.records);
+  }
+  return L;
+}
+
+}  // namespace
+
+Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
+  check_config(cfg);
+  nn::ModelConfig mc;
+  mc.num_classes = cfg.num_classes;
+  if (!cfg.input.empty()) {
+    check_sample_shape(cfg.input);
+    mc.in_channels = cfg.input[0];
+  }
+  Shape sample = cfg.input.empty() ? nn::model_input_shape(model_name, mc) : cfg.input;
+  mc.device = Device::meta;
+  auto meta = nn::make_model(model_name, mc);
+  std::shared_ptr<nn::Module> cpu;
+  auto cpu_model = [&]() -> nn::Module* {
+    if (cfg.progress) cfg.progress(fmt::format("{}: building the model on the cpu", model_name));
+    mc.device = Device::cpu;
+    cpu = nn::make_model(model_name, mc);
+    return cpu.get();
+  };
+  return run_ledger(model_name, *meta, sample, cfg, cpu_model);
+}
+
+Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& cfg, nn::Module* cpu_model) {
+  return run_ledger(model.type_name(), model, input_shape, cfg, [cpu_model] { return cpu_model; });
+}
+
+}  // namespace reckon

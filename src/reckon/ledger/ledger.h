@@ -1,0 +1,155 @@
+// The ledger: what one training step of a model costs, predicted before anything runs.
+// It runs the real training step (forward, cross-entropy loss, backward, optimizer step) on the
+// meta device and reads only what the framework records there: the dispatcher's OpRecords
+// (ObserveOps: cost, saved bytes, planned workspace, module scope) and the meta tracker's
+// accounts (memory by tag at the moment of peak). It never re-derives a formula of its own.
+// With `measure`, the same step runs for real on the cpu and the tracker's accounts, the process's
+// resident memory and the time per layer are set beside the prediction.
+// Not here: mixed precision (fp32 only for now), data loading, multi-device steps.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "reckon/core/allocator.h"
+#include "reckon/core/tensor.h"
+#include "reckon/ledger/devices.h"
+
+namespace reckon::nn {
+class Module;
+}
+
+namespace reckon {
+
+struct LedgerConfig {
+  int64_t batch = 1;
+  Shape input;                      // (C, H, W) of one sample; empty: the model's default
+  int64_t num_classes = 0;          // 0: the model's default
+  std::string precision = "fp32";   // only fp32 for now
+  std::string optimizer = "sgd";    // "sgd" (with momentum below) or "adamw" (PyTorch defaults)
+  double momentum = 0.9;            // SGD momentum (0: no momentum buffer)
+  std::string device = "cpu";       // catalog key (devices.h) the step is timed for
+  int64_t dataset_size = 0;         // images per epoch; 0: no whole-run estimate
+  int64_t epochs = 1;
+  bool plan_workspace = true;       // let cpu kernels plan their workspace on meta
+  bool measure = false;             // also run the step for real on the cpu and compare
+  int measure_steps = 3;            // timed steps after one warm-up step (best per op kept)
+  std::function<void(const std::string&)> progress;  // told what runs next (may be empty)
+};
+
+// One layer: the ops recorded under one module scope ("features.0"), forward and backward.
+// Ops outside any module are under "(model)" (the root's own ops), "(loss)", "(autograd)"
+// (gradients summed where branches meet) and "(optimizer)" (the last row: the update).
+struct LedgerRow {
+  std::string scope;
+  std::string type;                // the module's type name ("Conv2d"); "" outside modules
+  std::vector<std::string> ops;    // distinct forward op names in order (backward ones if none)
+  Shape out_shape;                 // first output of the last forward op
+  int64_t params = 0;              // elements of this module's own parameters
+  int64_t fwd_macs = 0, bwd_macs = 0;
+  int64_t fwd_flops = 0, bwd_flops = 0;  // 2 x MACs + the ops' other FLOPs
+  int64_t saved_bytes = 0;         // activation bytes saved for backward (OpRecord.saved_bytes)
+  int64_t bytes_moved = 0;         // bytes read + written, forward and backward
+  int64_t workspace_bytes = 0;     // largest planned kernel workspace of one op
+  int num_ops = 0;                 // op calls, forward and backward
+  double intensity = 0;            // FLOPs per byte moved
+  // Roofline on the config's device: sum over the layer's ops of max(flops/peak, bytes/bw)
+  // plus the per-op overhead; compute-bound when intensity >= the device's ridge point.
+  double time_s = 0;
+  bool compute_bound = false;
+  double cpu_time_s = 0;           // the same on this machine's cpu (for --measure)
+  double measured_s = -1;          // --measure: measured time on the cpu (best of the timed steps per op)
+};
+
+struct LedgerTotals {
+  int64_t batch = 0;
+  int64_t params = 0, param_bytes = 0;  // parameters (elements, bytes), buffers not included
+  int64_t fwd_macs = 0, bwd_macs = 0;
+  int64_t conv_macs = 0, linear_macs = 0;  // forward conv2d / linear + matmul MACs
+  int64_t flops = 0;              // 2 x (fwd + bwd MACs) + the ops' other FLOPs, one step
+  int64_t bytes_moved = 0;
+  int64_t saved_bytes = 0;
+  int64_t input_bytes = 0;        // the images of one step (x); targets are input-tagged too
+  // Bytes the optimizer's update moves: it is no op yet, so one elementwise pass is assumed over
+  // what the meta run shows it owns (reads params, grads, state; writes params, state).
+  int64_t optimizer_bytes = 0;
+  int64_t num_ops = 0;
+  double per_image(int64_t v) const { return double(v) / double(batch); }
+};
+
+struct LedgerMemory {
+  std::array<int64_t, kNumTags> at_peak_bytes{};  // by tag, at the moment of the peak
+  std::array<int64_t, kNumTags> tag_peak_bytes{}; // each tag's own peak
+  int64_t peak_bytes = 0;
+};
+
+struct LedgerTime {
+  DeviceSpec device;
+  std::string precision;
+  double peak_flops = 0, ridge = 0;  // ridge point, FLOPs per byte
+  double step_s = 0;                 // predicted time of one step
+  double compute_s = 0, memory_s = 0, overhead_s = 0;  // the step's ops split by what bounds them
+  double optimizer_s = 0;            // the optimizer's pass (optimizer_bytes / bandwidth), in memory_s
+  int64_t compute_bound_ops = 0, memory_bound_ops = 0;
+  bool fits = true;                  // predicted peak <= device memory
+  int64_t steps_per_epoch = 0;       // ceil(dataset_size / batch); 0 without a dataset
+  int64_t epochs = 0;
+  double run_s = 0;                  // steps_per_epoch x epochs x step_s
+};
+
+struct LedgerMeasured {
+  bool ran = false;
+  int steps = 0;
+  LedgerMemory memory;               // tracker(Device::cpu) over the timed steps
+  int64_t unplanned_workspace_bytes = 0;  // workspace requested by kernels that do not plan
+  std::string unplanned_ops;         // which ops those were
+  int64_t rss_before_bytes = 0;      // resident memory when the measured run began
+  int64_t rss_peak_bytes = 0;        // peak resident memory during the timed steps (VmHWM)
+  bool rss_peak_reset = false;       // VmHWM could be reset before the steps (else: lifetime)
+  // What reckon's allocator held from the system (live blocks + its cache of freed blocks),
+  // sampled after every op, at the highest sample; and the cache's part of it.
+  int64_t allocator_held_bytes = 0;
+  int64_t host_cache_bytes = 0;
+  double step_s = 0;                 // sum of the per-op best times + the optimizer's best
+  double optimizer_s = 0;            // time after the last op: the optimizer update (best)
+  double best_step_wall_s = 0;       // the fastest timed step, wall clock
+};
+
+struct Ledger {
+  std::string model;             // zoo name or the root module's type name
+  std::string model_type;
+  Shape input_shape;             // (N, C, H, W)
+  int64_t num_classes = 0;
+  LedgerConfig config;
+  std::vector<LedgerRow> rows;
+  LedgerTotals totals;
+  LedgerMemory memory;           // predicted on the meta device
+  std::vector<LedgerTime> times; // config.device first, then the other catalog devices
+  LedgerMeasured measured;
+};
+
+// Builds zoo model `model_name` on the meta device and runs one training step on it.
+// requires: cfg.batch > 0, cfg.input empty or 3 positive sizes, cfg.precision "fp32",
+//           cfg.optimizer "sgd" or "adamw", cfg.device in device_names().
+// ensures:  rows in order of first appearance; memory excludes tensors alive before the call.
+// Throws reckon::Error naming the layer (module scope) where a shape broke.
+Ledger ledger(const std::string& model_name, const LedgerConfig& cfg);
+
+// The same for a built module. model must be on the meta device; input_shape is one sample's
+// (C, H, W) (cfg.input is ignored). With cfg.measure, cpu_model is the same architecture on the
+// cpu (its parameters are updated by the measured steps).
+Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& cfg,
+              nn::Module* cpu_model = nullptr);
+
+// The ledger as a text report (what `reckon ledger` prints) and as JSON.
+std::string format_ledger(const Ledger& l);
+std::string ledger_json(const Ledger& l);
+
+// "36.8 MiB"; "1.08 G"; "62,378,344".
+std::string format_mib(int64_t bytes);
+std::string format_si(double v);
+std::string format_count(int64_t v);
+
+}  // namespace reckon

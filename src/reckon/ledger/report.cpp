@@ -1,0 +1,301 @@
+// The ledger as text (what `reckon ledger` prints) and as JSON. Every figure printed here is a
+// field of the Ledger struct or a sum/ratio of them; nothing is estimated here.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "reckon/ledger/ledger.h"
+
+namespace reckon {
+
+std::string format_mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
+
+std::string format_si(double v) {
+  const char* units[] = {"", " k", " M", " G", " T", " P"};
+  int u = 0;
+  double a = std::fabs(v);
+  while (a >= 999.5 && u < 5) {
+    a /= 1000.0;
+    v /= 1000.0;
+    ++u;
+  }
+  if (u == 0 && a == std::floor(a)) return fmt::format("{:.0f}", v);
+  if (a >= 99.95) return fmt::format("{:.0f}{}", v, units[u]);
+  if (a >= 9.995) return fmt::format("{:.1f}{}", v, units[u]);
+  return fmt::format("{:.2f}{}", v, units[u]);
+}
+
+std::string format_count(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v), r;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) r += ',';
+    r += s[i];
+  }
+  return (v < 0 ? "-" : "") + r;
+}
+
+namespace {
+
+std::string fmt_ms(double s) {
+  const double ms = s * 1e3;
+  if (ms >= 99.95) return fmt::format("{:.0f}", ms);
+  if (ms >= 9.995) return fmt::format("{:.1f}", ms);
+  return fmt::format("{:.2f}", ms);
+}
+
+std::string fmt_duration(double s) {
+  if (s < 1.0) return fmt::format("{:.0f} ms", s * 1e3);
+  if (s < 120.0) return fmt::format("{:.1f} s", s);
+  if (s < 7200.0) return fmt::format("{:.1f} min", s / 60.0);
+  if (s < 2.0 * 86400.0) return fmt::format("{:.1f} h", s / 3600.0);
+  return fmt::format("{:.1f} days", s / 86400.0);
+}
+
+std::string fmt_err(double predicted, double measured) {
+  if (measured == 0.0) return predicted == 0.0 ? "0.0%" : "n/a";
+  return fmt::format("{:+.1f}%", 100.0 * (predicted - measured) / measured);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string r;
+  for (const auto& s : v) r += (r.empty() ? "" : sep) + s;
+  return r;
+}
+
+std::string optimizer_desc(const LedgerConfig& c) {
+  if (c.optimizer == "adamw") return "AdamW (2 moments per parameter)";
+  return c.momentum != 0.0 ? fmt::format("SGD (momentum {})", c.momentum) : "SGD (no momentum)";
+}
+
+std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 1) + "~"; }
+
+}  // namespace
+
+std::string format_ledger(const Ledger& l) {
+  std::string o;
+  auto line = [&](const std::string& s) { o += s + "\n"; };
+  const LedgerTotals& t = l.totals;
+  const LedgerTime& main = l.times.front();
+  line(fmt::format("reckon ledger: {} ({}), one training step run on the meta device", l.model, l.model_type));
+  line(fmt::format("  input {} {} ({}), {} classes, cross-entropy loss, {}", shape_str(l.input_shape),
+                   l.config.precision, format_mib(t.input_bytes), l.num_classes, optimizer_desc(l.config)));
+  line("");
+
+  // ---- per layer ----
+  size_t wscope = 5, wtype = 4, wops = 3, wshape = 6;
+  for (const auto& r : l.rows) {
+    wscope = std::max(wscope, r.scope.size());
+    wtype = std::max(wtype, r.type.size());
+    wops = std::max(wops, std::min<size_t>(join(r.ops, ",").size(), 28));
+    wshape = std::max(wshape, shape_str(r.out_shape).size());
+  }
+  const std::string bound_hdr = fmt::format("bound on {} (FLOP/B vs ridge {:.1f})", main.device.name, main.ridge);
+  line(fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>12}  {:>9}  {:>9}  {:>10}  {:>10}  {:>8}  {:>9}  {}", "layer",
+                   wscope, "type", wtype, "ops", wops, "output", wshape, "params", "fwd MACs", "bwd MACs", "saved MiB",
+                   "moved MiB", "FLOP/B", fmt::format("{} ms", main.device.name), bound_hdr));
+  for (const auto& r : l.rows) {
+    line(fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>12}  {:>9}  {:>9}  {:>10.2f}  {:>10.1f}  {:>8.1f}  {:>9}  {}",
+                     r.scope, wscope, r.type, wtype, cut(join(r.ops, ","), 28), wops, shape_str(r.out_shape), wshape,
+                     format_count(r.params), format_si(double(r.fwd_macs)), format_si(double(r.bwd_macs)),
+                     double(r.saved_bytes) / (1 << 20), double(r.bytes_moved) / (1 << 20), r.intensity,
+                     fmt_ms(r.time_s), r.compute_bound ? "compute" : "memory"));
+  }
+  line("");
+
+  // ---- totals ----
+  line(fmt::format("{:<34}  {:>12}  {:>14}", "totals", "per image", fmt::format("per step (batch {})", t.batch)));
+  auto total = [&](const std::string& name, int64_t v) {
+    line(fmt::format("  {:<32}  {:>12}  {:>14}", name, format_si(t.per_image(v)), format_si(double(v))));
+  };
+  total("forward MACs", t.fwd_macs);
+  total("  conv MACs", t.conv_macs);
+  total("  linear MACs (linear, matmul)", t.linear_macs);
+  total("backward MACs", t.bwd_macs);
+  total("FLOPs (2 x MACs + other FLOPs)", t.flops);
+  line(fmt::format("  {:<32}  {:>12}  {:>14}", "bytes moved (MiB)", fmt::format("{:.1f}", t.per_image(t.bytes_moved) / (1 << 20)),
+                   fmt::format("{:.1f}", double(t.bytes_moved) / (1 << 20))));
+  line(fmt::format("  {:<32}  {:>12}  {:>14}", "activations saved (MiB)",
+                   fmt::format("{:.2f}", t.per_image(t.saved_bytes) / (1 << 20)),
+                   fmt::format("{:.1f}", double(t.saved_bytes) / (1 << 20))));
+  line(fmt::format("  {:<32}  {:>12}  {:>14}", "op calls", "", format_count(t.num_ops)));
+  line(fmt::format("  parameters {} ({})", format_count(t.params), format_mib(t.param_bytes)));
+  line(fmt::format("  (optimizer): the update is no op yet; timed as one pass over params, grads and state ({})",
+                   format_mib(t.optimizer_bytes)));
+  line("");
+
+  // ---- memory ----
+  line("memory at the moment of peak (predicted on the meta device)");
+  for (int i = 0; i < kNumTags; ++i)
+    line(fmt::format("  {:<12} {:>14}", tag_name(Tag(i)), format_mib(l.memory.at_peak_bytes[size_t(i)])));
+  line(fmt::format("  {:<12} {:>14}", "peak", format_mib(l.memory.peak_bytes)));
+  line("  not seen by the meta device: allocator size-class rounding and its cache of freed blocks, code and");
+  line("  libraries (oneDNN's primitives), workspace of kernels that do not plan (--measure shows each)");
+  line("");
+
+  // ---- time ----
+  line(fmt::format("time per step: roofline, each op max(FLOPs / peak, bytes / bandwidth) + a per-op overhead; {}",
+                   l.config.precision));
+  const bool run = l.config.dataset_size > 0;
+  line(fmt::format("  {:<10} {:>12} {:>10} {:>7} {:>10} {:>9} {:>9} {:>9} {:>10} {:>8}  {}", "device", "peak TFLOP/s",
+                   "GB/s", "ridge", "step ms", "compute", "memory", "overhead", "images/s", "fits",
+                   run ? fmt::format("run: {} images x {} epochs", format_count(l.config.dataset_size), l.config.epochs)
+                       : std::string("(--dataset-size N --epochs E: a whole run)")));
+  for (const auto& d : l.times) {
+    line(fmt::format("  {:<10} {:>12.2f} {:>10.1f} {:>7.1f} {:>10} {:>9} {:>9} {:>9} {:>10.1f} {:>8}  {}", d.device.name,
+                     d.peak_flops / 1e12, d.device.bandwidth_bytes / 1e9, d.ridge, fmt_ms(d.step_s), fmt_ms(d.compute_s),
+                     fmt_ms(d.memory_s), fmt_ms(d.overhead_s), double(t.batch) / d.step_s,
+                     d.fits ? "yes" : "NO", run ? fmt_duration(d.run_s) : ""));
+  }
+  for (const auto& d : l.times)
+    if (d.device.name == "cpu")
+      line(fmt::format("  cpu: {}; {}", d.device.description, d.device.source));
+  line(fmt::format("  {}: {} ops compute-bound, {} bandwidth-bound (ridge {:.1f} FLOP/B = {:.2f} TFLOP/s / {:.0f} GB/s)",
+                   main.device.name, main.compute_bound_ops, main.memory_bound_ops, main.ridge, main.peak_flops / 1e12,
+                   main.device.bandwidth_bytes / 1e9));
+
+  // ---- measured ----
+  const LedgerMeasured& m = l.measured;
+  if (!m.ran) return o;
+  line("");
+  line(fmt::format("predicted vs measured: the same step run on the cpu ({} timed step{} after a warm-up step; time: "
+                   "each op's best)",
+                   m.steps, m.steps == 1 ? "" : "s"));
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "memory at the moment of peak", "predicted", "measured", "error"));
+  for (int i = 0; i < kNumTags; ++i) {
+    const int64_t p = l.memory.at_peak_bytes[size_t(i)], q = m.memory.at_peak_bytes[size_t(i)];
+    line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", tag_name(Tag(i)), format_mib(p), format_mib(q),
+                     fmt_err(double(p), double(q))));
+  }
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "peak (reckon's allocator)", format_mib(l.memory.peak_bytes),
+                   format_mib(m.memory.peak_bytes), fmt_err(double(l.memory.peak_bytes), double(m.memory.peak_bytes))));
+  line("  not seen by the meta device (named, not folded into the prediction):");
+  line(fmt::format("    {:<54} {:>13}", "workspace of kernels that do not plan (largest request)",
+                   format_mib(m.unplanned_workspace_bytes)));
+  if (!m.unplanned_ops.empty()) line(fmt::format("      by {}", m.unplanned_ops));
+  line(fmt::format("    {:<54} {:>13}", "process peak resident memory during the step (VmHWM)", format_mib(m.rss_peak_bytes)));
+  line(fmt::format("      {:<52} {:>13}", "resident when the measured run began (code, model)", format_mib(m.rss_before_bytes)));
+  line(fmt::format("      {:<52} {:>13}", "reckon's allocator: live + cached blocks (top sample)",
+                   format_mib(m.allocator_held_bytes)));
+  line(fmt::format("        {:<50} {:>13}", "of which freed blocks kept for reuse (cache)", format_mib(m.host_cache_bytes)));
+  line(fmt::format("      {:<52} {:>13}", "the rest: code, libraries, oneDNN, size-class rounding",
+                   format_mib(m.rss_peak_bytes - m.allocator_held_bytes)));
+  if (!m.rss_peak_reset) line("      (VmHWM could not be reset: it is the process's lifetime peak)");
+  line("");
+
+  double pred_sum = 0, meas_sum = 0;
+  line(fmt::format("  {:<{}} {:>14} {:>13} {:>8}", "time on this cpu", wscope + 2, "predicted ms", "measured ms", "error"));
+  for (const auto& r : l.rows) {
+    line(fmt::format("  {:<{}} {:>14} {:>13} {:>8}", r.scope, wscope + 2, fmt_ms(r.cpu_time_s), fmt_ms(r.measured_s),
+                     fmt_err(r.cpu_time_s, r.measured_s)));
+    pred_sum += r.cpu_time_s;
+    meas_sum += r.measured_s;
+  }
+  line(fmt::format("  {:<{}} {:>14} {:>13} {:>8}", "step", wscope + 2, fmt_ms(pred_sum), fmt_ms(m.step_s),
+                   fmt_err(pred_sum, m.step_s)));
+  line(fmt::format("  (the fastest whole step took {} ms)", fmt_ms(m.best_step_wall_s)));
+  return o;
+}
+
+std::string ledger_json(const Ledger& l) {
+  using json = nlohmann::ordered_json;
+  auto tags = [](const std::array<int64_t, kNumTags>& a) {
+    json j = json::object();
+    for (int i = 0; i < kNumTags; ++i) j[std::string(tag_name(Tag(i)))] = a[size_t(i)];
+    return j;
+  };
+  json j;
+  j["model"] = l.model;
+  j["model_type"] = l.model_type;
+  j["input_shape"] = l.input_shape;
+  j["num_classes"] = l.num_classes;
+  j["config"] = {{"batch", l.config.batch},         {"precision", l.config.precision},
+                 {"optimizer", l.config.optimizer}, {"momentum", l.config.momentum},
+                 {"device", l.config.device},       {"dataset_size", l.config.dataset_size},
+                 {"epochs", l.config.epochs},       {"plan_workspace", l.config.plan_workspace}};
+  json rows = json::array();
+  for (const auto& r : l.rows)
+    rows.push_back({{"scope", r.scope},
+                    {"type", r.type},
+                    {"ops", r.ops},
+                    {"output_shape", r.out_shape},
+                    {"params", r.params},
+                    {"fwd_macs", r.fwd_macs},
+                    {"bwd_macs", r.bwd_macs},
+                    {"fwd_flops", r.fwd_flops},
+                    {"bwd_flops", r.bwd_flops},
+                    {"saved_bytes", r.saved_bytes},
+                    {"bytes_moved", r.bytes_moved},
+                    {"workspace_bytes", r.workspace_bytes},
+                    {"num_ops", r.num_ops},
+                    {"flops_per_byte", r.intensity},
+                    {"time_s", r.time_s},
+                    {"compute_bound", r.compute_bound},
+                    {"cpu_time_s", r.cpu_time_s},
+                    {"measured_s", r.measured_s}});
+  j["layers"] = rows;
+  const LedgerTotals& t = l.totals;
+  j["totals"] = {{"batch", t.batch},
+                 {"params", t.params},
+                 {"param_bytes", t.param_bytes},
+                 {"fwd_macs", t.fwd_macs},
+                 {"bwd_macs", t.bwd_macs},
+                 {"conv_macs", t.conv_macs},
+                 {"linear_macs", t.linear_macs},
+                 {"flops", t.flops},
+                 {"bytes_moved", t.bytes_moved},
+                 {"saved_bytes", t.saved_bytes},
+                 {"input_bytes", t.input_bytes},
+                 {"optimizer_bytes", t.optimizer_bytes},
+                 {"num_ops", t.num_ops},
+                 {"fwd_macs_per_image", t.per_image(t.fwd_macs)},
+                 {"conv_macs_per_image", t.per_image(t.conv_macs)},
+                 {"flops_per_image", t.per_image(t.flops)}};
+  j["memory"] = {{"at_peak_bytes", tags(l.memory.at_peak_bytes)},
+                 {"tag_peak_bytes", tags(l.memory.tag_peak_bytes)},
+                 {"peak_bytes", l.memory.peak_bytes}};
+  json times = json::array();
+  for (const auto& d : l.times)
+    times.push_back({{"device", d.device.name},
+                     {"description", d.device.description},
+                     {"source", d.device.source},
+                     {"precision", d.precision},
+                     {"peak_flops", d.peak_flops},
+                     {"bandwidth_bytes", d.device.bandwidth_bytes},
+                     {"memory_bytes", d.device.memory_bytes},
+                     {"op_overhead_s", d.device.op_overhead_s},
+                     {"ridge_flops_per_byte", d.ridge},
+                     {"step_s", d.step_s},
+                     {"compute_s", d.compute_s},
+                     {"memory_s", d.memory_s},
+                     {"overhead_s", d.overhead_s},
+                     {"optimizer_s", d.optimizer_s},
+                     {"compute_bound_ops", d.compute_bound_ops},
+                     {"memory_bound_ops", d.memory_bound_ops},
+                     {"fits", d.fits},
+                     {"steps_per_epoch", d.steps_per_epoch},
+                     {"epochs", d.epochs},
+                     {"run_s", d.run_s}});
+  j["time"] = times;
+  if (l.measured.ran) {
+    const LedgerMeasured& m = l.measured;
+    j["measured"] = {{"steps", m.steps},
+                     {"at_peak_bytes", tags(m.memory.at_peak_bytes)},
+                     {"tag_peak_bytes", tags(m.memory.tag_peak_bytes)},
+                     {"peak_bytes", m.memory.peak_bytes},
+                     {"peak_error", l.measured.memory.peak_bytes
+                                        ? double(l.memory.peak_bytes - m.memory.peak_bytes) / double(m.memory.peak_bytes)
+                                        : 0.0},
+                     {"unplanned_workspace_bytes", m.unplanned_workspace_bytes},
+                     {"unplanned_ops", m.unplanned_ops},
+                     {"rss_before_bytes", m.rss_before_bytes},
+                     {"rss_peak_bytes", m.rss_peak_bytes},
+                     {"rss_peak_reset", m.rss_peak_reset},
+                     {"allocator_held_bytes", m.allocator_held_bytes},
+                     {"host_cache_bytes", m.host_cache_bytes},
+                     {"step_s", m.step_s},
+                     {"best_step_wall_s", m.best_step_wall_s},
+                     {"optimizer_s", m.optimizer_s}};
+  }
+  return j.dump(1) + "\n";
+}
+
+}  // namespace reckon

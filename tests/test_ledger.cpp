@@ -1,0 +1,451 @@
+// The ledger (ledger/ledger.h): the textbook figures of AlexNet, parameter counts and forward
+// conv/linear MACs of every zoo model against an independent counter (golden/ledger/macs.json,
+// written by scripts/make_ledger_golden.py with fvcore), the predicted peak memory against the
+// measured one on the cpu, the ledger's MACs against the MACs the reference kernels actually
+// performed, kernel workspace planned on the meta device, the device catalog, and bad input.
+// Time predictions are printed, not asserted: CI shares its two cores with other work.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "reckon/ledger/devices.h"
+#include "reckon/ledger/ledger.h"
+#include "reckon/nn/models/registry.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/node.h"
+#include "reckon/ops/op.h"
+#include "reckon/optim/optim.h"
+
+using namespace reckon;
+namespace nn = reckon::nn;
+using json = nlohmann::json;
+
+namespace {
+
+// The cpu's calibration is cached outside the user's home while testing.
+class CacheDirEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto dir = std::filesystem::temp_directory_path() / "reckon-test-cache";
+    std::filesystem::create_directories(dir);
+    setenv("RECKON_CACHE_DIR", dir.c_str(), 1);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kCacheEnv = ::testing::AddGlobalTestEnvironment(new CacheDirEnv);
+
+const json& golden() {
+  static const json j = [] {
+    std::ifstream f(std::string(RECKON_SOURCE_DIR) + "/golden/ledger/macs.json");
+    EXPECT_TRUE(f.good()) << "golden/ledger/macs.json missing: run python3 scripts/make_ledger_golden.py";
+    return json::parse(f);
+  }();
+  return j;
+}
+
+LedgerConfig config(int64_t batch) {
+  LedgerConfig c;
+  c.batch = batch;
+  return c;
+}
+
+// The message of the reckon::Error f throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// ---- the textbook figures ----
+
+TEST(Ledger, AlexNetTextbookFigures) {
+  Ledger l = ledger("alexnet", config(64));
+  EXPECT_EQ(l.input_shape, (Shape{64, 3, 224, 224}));
+  EXPECT_EQ(l.totals.input_bytes, 64LL * 3 * 224 * 224 * 4);  // 36.75 MiB
+  EXPECT_EQ(format_mib(l.totals.input_bytes), "36.8 MiB");
+  EXPECT_EQ(l.totals.params, 62378344);
+  EXPECT_EQ(l.totals.conv_macs, 64LL * 1076634144);
+  EXPECT_EQ(format_si(l.totals.per_image(l.totals.conv_macs)), "1.08 G");
+  EXPECT_EQ(l.num_classes, 1000);
+  // The input tag at the peak holds the images and the int64 targets.
+  EXPECT_EQ(l.memory.at_peak_bytes[int(Tag::input)], l.totals.input_bytes + 64 * 8);
+  // SGD with momentum: one buffer per parameter; parameters in fp32.
+  EXPECT_EQ(l.memory.at_peak_bytes[int(Tag::param)], 62378344LL * 4);
+  EXPECT_EQ(l.memory.at_peak_bytes[int(Tag::optimizer)], 62378344LL * 4);
+  int64_t sum = 0;
+  for (auto b : l.memory.at_peak_bytes) sum += b;
+  EXPECT_EQ(sum, l.memory.peak_bytes);
+
+  const std::string text = format_ledger(l);
+  EXPECT_NE(text.find("36.8 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("62,378,344"), std::string::npos);
+  bool conv_line = false;
+  std::istringstream is(text);
+  for (std::string line; std::getline(is, line);)
+    if (line.find("conv MACs") != std::string::npos && line.find("1.08 G") != std::string::npos) conv_line = true;
+  EXPECT_TRUE(conv_line) << text;
+  // One row per module that ran ops, in forward order, with FLOPs = 2 x MACs for a conv.
+  ASSERT_FALSE(l.rows.empty());
+  EXPECT_EQ(l.rows[0].scope, "features.0");
+  EXPECT_EQ(l.rows[0].type, "Conv2d");
+  EXPECT_EQ(l.rows[0].out_shape, (Shape{64, 96, 55, 55}));
+  EXPECT_EQ(l.rows[0].params, 96 * 3 * 11 * 11 + 96);
+  EXPECT_EQ(l.rows[0].fwd_macs, 64LL * 96 * 55 * 55 * 3 * 11 * 11);
+  EXPECT_EQ(l.rows[0].bwd_macs, l.rows[0].fwd_macs);  // the input needs no gradient: weights only
+  EXPECT_EQ(l.rows[0].fwd_flops, 2 * l.rows[0].fwd_macs + 64LL * 96 * 55 * 55);  // + bias adds
+  EXPECT_EQ(l.rows[4].scope, "features.4");
+  EXPECT_EQ(l.rows[4].bwd_macs, 2 * l.rows[4].fwd_macs);  // dx and dw
+  EXPECT_EQ(l.rows[l.rows.size() - 2].scope, "(loss)");
+  // The optimizer's update (no op yet): one pass over params, grads and momentum buffers.
+  EXPECT_EQ(l.rows.back().scope, "(optimizer)");
+  EXPECT_EQ(l.rows.back().type, "SGD");
+  EXPECT_EQ(l.totals.optimizer_bytes, 5 * 62378344LL * 4);
+  EXPECT_EQ(l.rows.back().bytes_moved, l.totals.optimizer_bytes);
+}
+
+TEST(Ledger, JsonCarriesTheSameFigures) {
+  Ledger l = ledger("lenet5", config(4));
+  json j = json::parse(ledger_json(l));
+  EXPECT_EQ(j["model"], "lenet5");
+  EXPECT_EQ(j["totals"]["params"], 61706);
+  EXPECT_EQ(j["totals"]["fwd_macs"], l.totals.fwd_macs);
+  EXPECT_EQ(j["memory"]["peak_bytes"], l.memory.peak_bytes);
+  EXPECT_EQ(j["layers"].size(), l.rows.size());
+  EXPECT_EQ(j["time"][0]["device"], "cpu");
+  EXPECT_FALSE(j.contains("measured"));
+}
+
+// ---- against an independent counter (fvcore on the PyTorch definitions) ----
+
+TEST(Ledger, EveryZooModelMatchesTheIndependentCounter) {
+  const json& models = golden()["models"];
+  ASSERT_EQ(models.size(), nn::model_names().size());
+  for (const auto& name : nn::model_names()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(models.contains(name));
+    const json& g = models[name];
+    LedgerConfig c = config(1);
+    c.plan_workspace = false;  // MACs and parameters only: no oneDNN plans needed
+    Ledger l = ledger(name, c);
+    EXPECT_EQ(l.input_shape, (Shape{1, g["input_shape"][0], g["input_shape"][1], g["input_shape"][2]}));
+    EXPECT_EQ(l.totals.params, g["num_parameters"].get<int64_t>());
+    EXPECT_EQ(l.totals.conv_macs, g["conv_macs"].get<int64_t>());
+    EXPECT_EQ(l.totals.linear_macs, g["linear_macs"].get<int64_t>());
+    // Declared MACs beyond conv/linear (e.g. LRN) only add to the forward total.
+    EXPECT_GE(l.totals.fwd_macs, g["conv_linear_macs"].get<int64_t>());
+  }
+}
+
+TEST(Ledger, MacsScaleWithTheBatch) {
+  LedgerConfig c1 = config(1), c8 = config(8);
+  c1.plan_workspace = c8.plan_workspace = false;
+  Ledger a = ledger("resnet18_cifar", c1), b = ledger("resnet18_cifar", c8);
+  EXPECT_EQ(b.totals.conv_macs, 8 * a.totals.conv_macs);
+  EXPECT_EQ(b.totals.fwd_macs, 8 * a.totals.fwd_macs);
+  EXPECT_DOUBLE_EQ(b.totals.per_image(b.totals.conv_macs), double(a.totals.conv_macs));
+}
+
+// ---- the ledger's MACs are the MACs the kernels performed ----
+
+namespace {
+// MACs the reference kernels counted in one real training step of a small model on the cpu.
+struct Counted {
+  int64_t counted = 0, declared = 0, uncounted_ops = 0;
+};
+Counted reference_step_macs(const std::string& name, int64_t batch, const std::string& optimizer) {
+  nn::ModelConfig mc;
+  auto model = nn::make_model(name, mc);
+  model->train();
+  Shape in = nn::model_input_shape(name, mc);
+  in.insert(in.begin(), batch);
+  Tensor x = Tensor::empty(in);
+  fill_uniform_(x, -1, 1);
+  Tensor y = Tensor::empty({batch}, DType::i64);
+  for (int64_t i = 0; i < batch; ++i) y.set(i, double(i % 10));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (optimizer == "adamw")
+    opt = std::make_unique<optim::AdamW>(model->parameters());
+  else
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  Counted c;
+  ForceReference ref;
+  ObserveOps obs([&](const OpRecord& r) {
+    c.declared += r.cost.macs;
+    if (r.macs_counted >= 0)
+      c.counted += r.macs_counted;
+    else if (r.cost.macs > 0)
+      c.uncounted_ops++;
+  });
+  opt->zero_grad();
+  Tensor loss = cross_entropy((*model)(x), y);
+  loss.backward();
+  opt->step();
+  return c;
+}
+}  // namespace
+
+TEST(Ledger, MacsEqualWhatTheReferenceKernelsCounted) {
+  for (const char* name : {"lenet5", "tinycnn"}) {
+    SCOPED_TRACE(name);
+    LedgerConfig c = config(2);
+    c.plan_workspace = false;
+    Ledger l = ledger(name, c);
+    Counted k = reference_step_macs(name, 2, "sgd");
+    EXPECT_EQ(k.uncounted_ops, 0);
+    EXPECT_GT(k.counted, 0);
+    EXPECT_EQ(l.totals.fwd_macs + l.totals.bwd_macs, k.counted);
+    EXPECT_EQ(k.declared, k.counted);
+  }
+}
+
+// ---- predicted against measured memory ----
+
+namespace {
+void expect_peak_within(const std::string& name, int64_t batch, const std::string& optimizer, double tol,
+                        const Shape& input = {}) {
+  SCOPED_TRACE(fmt::format("{} batch {} {} {}", name, batch, optimizer, shape_str(input)));
+  LedgerConfig c = config(batch);
+  c.optimizer = optimizer;
+  c.input = input;
+  c.measure = true;
+  c.measure_steps = 1;
+  Ledger l = ledger(name, c);
+  ASSERT_TRUE(l.measured.ran);
+  const double p = double(l.memory.peak_bytes), m = double(l.measured.memory.peak_bytes);
+  EXPECT_GT(m, 0.0);
+  EXPECT_LE(std::abs(p - m) / m, tol) << "predicted " << format_mib(l.memory.peak_bytes) << ", measured "
+                                      << format_mib(l.measured.memory.peak_bytes) << "\n"
+                                      << format_ledger(l);
+  // Tags that do not depend on kernels match exactly.
+  for (Tag t : {Tag::input, Tag::param, Tag::optimizer})
+    EXPECT_EQ(l.memory.at_peak_bytes[int(t)], l.measured.memory.at_peak_bytes[int(t)]) << tag_name(t);
+  EXPECT_GT(l.measured.rss_peak_bytes, 0);
+  EXPECT_GT(l.measured.step_s, 0.0);
+  for (const auto& r : l.rows) EXPECT_GE(r.measured_s, 0.0) << r.scope;
+}
+}  // namespace
+
+TEST(Ledger, PredictedPeakWithin5PercentLenet5) {
+  expect_peak_within("lenet5", 2, "sgd", 0.05);
+  expect_peak_within("lenet5", 32, "sgd", 0.05);
+  expect_peak_within("lenet5", 32, "adamw", 0.05);
+}
+
+TEST(Ledger, PredictedPeakWithin5PercentResnet18Cifar) {
+  expect_peak_within("resnet18_cifar", 2, "sgd", 0.05);
+  expect_peak_within("resnet18_cifar", 4, "adamw", 0.05);
+}
+
+// At 112 x 112 (a quarter of the default's pixels) to keep CI's two cores at a few seconds.
+TEST(Ledger, PredictedPeakWithin5PercentMobilenetV2) {
+  expect_peak_within("mobilenet_v2", 1, "sgd", 0.05, {3, 112, 112});
+  expect_peak_within("mobilenet_v2", 2, "adamw", 0.05, {3, 112, 112});
+}
+
+// ---- kernel workspace planned on the meta device ----
+
+TEST(Ledger, CpuKernelsPlanTheirWorkspaceOnMeta) {
+  auto run = [](Device d, bool plan) {
+    std::vector<OpRecord> recs;
+    PlanKernelsOnMeta p(plan);
+    Tensor x = Tensor::empty({2, 16, 12, 12}, DType::f32, d), w = Tensor::empty({32, 16, 3, 3}, DType::f32, d);
+    Tensor a = Tensor::empty({6, 40}, DType::f32, d), b = Tensor::empty({24, 40}, DType::f32, d);
+    fill_uniform_(x, -1, 1);
+    fill_uniform_(w, -1, 1);
+    fill_uniform_(a, -1, 1);
+    fill_uniform_(b, -1, 1);
+    w.set_requires_grad(true);
+    x.set_requires_grad(true);
+    b.set_requires_grad(true);
+    ObserveOps obs([&](const OpRecord& r) { recs.push_back(r); });
+    sum(conv2d(x, w, Tensor(), {.padding = {1, 1}})).backward();
+    sum(linear(a, b)).backward();
+    return recs;
+  };
+  auto cpu = run(Device::cpu, false), meta = run(Device::meta, true), plain = run(Device::meta, false);
+  ASSERT_EQ(cpu.size(), meta.size());
+  int planned = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    SCOPED_TRACE(std::string(cpu[i].op));
+    EXPECT_EQ(meta[i].op, cpu[i].op);
+    if (cpu[i].kernel != "cpu") continue;
+    if (meta[i].kernel == "plan") {
+      ++planned;
+      EXPECT_EQ(meta[i].workspace_bytes, cpu[i].workspace_bytes);
+    }
+    EXPECT_EQ(plain[i].workspace_bytes, 0);  // planning is off unless asked for
+    EXPECT_NE(plain[i].kernel, "plan");
+  }
+  EXPECT_GE(planned, 5);  // conv2d, its two backward ops, linear, matmul
+}
+
+TEST(Ledger, PlannedWorkspaceIsAccountedOnMeta) {
+  auto& tr = tracker(Device::meta);
+  Tensor x = Tensor::empty({4, 16, 20, 20}, DType::f32, Device::meta);
+  Tensor w = Tensor::empty({32, 16, 3, 3}, DType::f32, Device::meta);
+  tr.reset_peak();
+  const int64_t live = tr.stats().live_total_bytes;
+  int64_t ws = 0;
+  {
+    PlanKernelsOnMeta p;
+    ObserveOps obs([&](const OpRecord& r) { ws += r.workspace_bytes; });
+    Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
+  }
+  auto s = tr.stats();
+  EXPECT_EQ(s.live_total_bytes, live);  // workspace and output freed
+  EXPECT_EQ(s.live_bytes[int(Tag::workspace)], 0);
+  EXPECT_EQ(s.peak_bytes[int(Tag::workspace)], ws);
+  EXPECT_EQ(s.peak_total_bytes, live + 4LL * 32 * 20 * 20 * 4 + ws);
+}
+
+// ---- time ----
+
+TEST(Ledger, TimeOnEachDeviceAndAWholeRun) {
+  LedgerConfig c = config(64);
+  c.device = "h100";
+  c.dataset_size = 1'200'000;
+  c.epochs = 90;
+  Ledger l = ledger("alexnet", c);
+  ASSERT_EQ(l.times.size(), device_names().size());
+  EXPECT_EQ(l.times[0].device.name, "h100");
+  const LedgerTime* cpu = nullptr;
+  for (const auto& t : l.times) {
+    SCOPED_TRACE(t.device.name);
+    if (t.device.name == "cpu") cpu = &t;
+    EXPECT_GT(t.step_s, 0.0);
+    EXPECT_NEAR(t.step_s, t.compute_s + t.memory_s + t.overhead_s, 1e-12);
+    EXPECT_EQ(t.compute_bound_ops + t.memory_bound_ops, l.totals.num_ops);
+    EXPECT_EQ(t.steps_per_epoch, (1'200'000 + 63) / 64);
+    EXPECT_DOUBLE_EQ(t.run_s, double(t.steps_per_epoch) * 90 * t.step_s);
+    EXPECT_TRUE(t.fits);
+  }
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_LT(l.times[0].step_s, cpu->step_s);
+  // Each layer on the h100's roofline: convolutions are compute-bound, ReLUs bandwidth-bound.
+  double rows_s = 0;
+  for (const auto& r : l.rows) {
+    rows_s += r.time_s;
+    if (r.type == "Conv2d") EXPECT_TRUE(r.compute_bound) << r.scope;
+    if (r.type == "ReLU") EXPECT_FALSE(r.compute_bound) << r.scope;
+  }
+  EXPECT_NEAR(rows_s, l.times[0].step_s, 1e-9);
+  const std::string text = format_ledger(l);
+  EXPECT_NE(text.find("1,200,000 images x 90 epochs"), std::string::npos) << text;
+}
+
+TEST(Ledger, DeviceCatalog) {
+  const auto names = device_names();
+  EXPECT_EQ(names.front(), "cpu");
+  for (const char* n : {"a100", "a100-80gb", "h100", "h200", "l4", "rtx4090"}) {
+    SCOPED_TRACE(n);
+    DeviceSpec d = device_spec(n);
+    EXPECT_FALSE(d.calibrated);
+    EXPECT_GT(d.peak("fp32"), 1e12);
+    EXPECT_GT(d.peak("tf32"), 0.0);
+    EXPECT_GT(d.peak("bf16"), d.peak("fp32") * 0.99);
+    EXPECT_GT(d.peak("int8"), d.peak("bf16"));
+    EXPECT_GT(d.bandwidth_bytes, 1e11);
+    EXPECT_GE(d.memory_bytes, 24LL * 1000 * 1000 * 1000);
+  }
+  EXPECT_DOUBLE_EQ(device_spec("h100").peak("fp32"), 67e12);
+  EXPECT_DOUBLE_EQ(device_spec("h200").bandwidth_bytes, 4.8e12);
+  EXPECT_EQ(device_spec("A100-40GB").name, "a100");
+  EXPECT_NE(error_of([] { device_spec("tpu"); }).find("known devices: cpu, a100"), std::string::npos);
+  EXPECT_NE(error_of([] { device_spec("l4").peak("fp8"); }).find("unknown precision"), std::string::npos);
+
+  // The cpu is calibrated on first use and cached: a fresh lookup reads the same figures back.
+  // (A cache directory of this test's own, so that no other test process writes it meanwhile.)
+  const std::string shared_dir = std::getenv("RECKON_CACHE_DIR");
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("reckon-test-cache-{}", getpid());
+  std::filesystem::remove_all(dir);
+  setenv("RECKON_CACHE_DIR", dir.c_str(), 1);
+  forget_cpu_calibration();
+  DeviceSpec cpu = device_spec("cpu");
+  EXPECT_TRUE(cpu.calibrated);
+  EXPECT_GT(cpu.fp32_flops, 1e9);
+  EXPECT_GT(cpu.bandwidth_bytes, 1e9);
+  EXPECT_GT(cpu.op_overhead_s, 0.0);
+  EXPECT_EQ(device_cache_path(), (dir / "devices.json").string());
+  EXPECT_TRUE(std::filesystem::exists(device_cache_path()));
+  forget_cpu_calibration();
+  DeviceSpec again = device_spec("cpu");
+  EXPECT_NEAR(again.fp32_flops, cpu.fp32_flops, 1e-6 * cpu.fp32_flops);
+  EXPECT_NEAR(again.bandwidth_bytes, cpu.bandwidth_bytes, 1e-6 * cpu.bandwidth_bytes);
+  EXPECT_NEAR(again.op_overhead_s, cpu.op_overhead_s, 1e-6 * cpu.op_overhead_s);
+  std::filesystem::remove_all(dir);
+  setenv("RECKON_CACHE_DIR", shared_dir.c_str(), 1);
+  forget_cpu_calibration();
+}
+
+// ---- bad input ----
+
+TEST(Ledger, BadInputNamesTheProblem) {
+  auto err = [](const std::string& model, LedgerConfig c) { return error_of([&] { ledger(model, c); }); };
+  EXPECT_NE(err("alexnet", config(0)).find("batch must be positive"), std::string::npos);
+  EXPECT_NE(err("alexnet", config(-3)).find("batch must be positive"), std::string::npos);
+  {
+    LedgerConfig c = config(1);
+    c.input = {3, 0, 224};
+    EXPECT_NE(err("alexnet", c).find("C x H x W with positive sizes"), std::string::npos);
+    c.input = {3, 224};
+    EXPECT_NE(err("alexnet", c).find("C x H x W"), std::string::npos);
+  }
+  {
+    LedgerConfig c = config(1);
+    c.device = "tpu";
+    EXPECT_NE(err("alexnet", c).find("unknown device 'tpu'"), std::string::npos);
+  }
+  {
+    LedgerConfig c = config(1);
+    c.precision = "bf16";
+    EXPECT_NE(err("lenet5", c).find("fp32"), std::string::npos);
+    c.precision = "fp32";
+    c.optimizer = "adam";
+    EXPECT_NE(err("lenet5", c).find("unknown optimizer 'adam'"), std::string::npos);
+  }
+  EXPECT_NE(err("nosuchnet", config(1)).find("unknown model 'nosuchnet'"), std::string::npos);
+  {
+    // 8x8 into AlexNet: the first conv still gives 1x1; its first max pool cannot.
+    LedgerConfig c = config(1);
+    c.input = {3, 8, 8};
+    const std::string e = err("alexnet", c);
+    EXPECT_NE(e.find("layer features.3 (MaxPool2d)"), std::string::npos) << e;
+    EXPECT_NE(e.find("[max_pool2d]"), std::string::npos) << e;
+  }
+  {
+    // 32x32 into LeNet-5: the convolutions fit, the first linear layer does not.
+    LedgerConfig c = config(1);
+    c.input = {1, 32, 32};
+    const std::string e = err("lenet5", c);
+    EXPECT_NE(e.find("layer classifier.1 (Linear)"), std::string::npos) << e;
+  }
+  // A failed ledger leaves no tensors of its own behind on the meta device.
+  EXPECT_EQ(tracker(Device::meta).stats().live_bytes[int(Tag::input)], 0);
+}
+
+TEST(Ledger, ModuleOverload) {
+  nn::ModelConfig mc;
+  mc.device = Device::meta;
+  auto meta = nn::make_model("tinycnn", mc);
+  LedgerConfig c = config(3);
+  Ledger a = ledger(*meta, {1, 28, 28}, c);
+  Ledger b = ledger("tinycnn", c);
+  EXPECT_EQ(a.totals.fwd_macs, b.totals.fwd_macs);
+  EXPECT_EQ(a.memory.peak_bytes, b.memory.peak_bytes);
+  EXPECT_EQ(a.model, "TinyCNN");
+  // Gradients and optimizer state are gone afterwards; the model can be run again.
+  for (const auto& p : meta->parameters()) EXPECT_FALSE(p.grad().defined());
+  Ledger again = ledger(*meta, {1, 28, 28}, c);
+  EXPECT_EQ(again.memory.peak_bytes, a.memory.peak_bytes);
+  c.measure = true;
+  EXPECT_NE(error_of([&] { ledger(*meta, {1, 28, 28}, c); }).find("cpu"), std::string::npos);
+}

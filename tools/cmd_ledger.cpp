@@ -1,0 +1,100 @@
+// `reckon ledger MODEL --batch N ...`: what one training step of a zoo model costs (memory by
+// tag, MACs per layer, time on a device), predicted on the meta device; with --measure, set
+// beside the same step run for real on this cpu. The work is reckon::ledger() (ledger/ledger.h);
+// this file only reads the arguments and prints.
+#include <cstdio>
+#include <string>
+
+#include "command.h"
+#include "reckon/core/error.h"
+#include "reckon/ledger/ledger.h"
+
+using namespace reckon;
+
+namespace {
+
+struct LedgerArgs {
+  std::string model;
+  int64_t batch = 1;
+  std::string input;
+  int64_t classes = 0;
+  std::string precision = "fp32";
+  std::string optimizer = "sgd";
+  double momentum = 0.9;
+  std::string device = "cpu";
+  int64_t dataset_size = 0;
+  int64_t epochs = 1;
+  bool measure = false;
+  int measure_steps = 3;
+  bool json = false;
+  bool recalibrate = false;
+};
+
+// "3x224x224" (or "3,224,224") -> {3, 224, 224}.
+Shape parse_input(const std::string& s) {
+  Shape r;
+  std::string cur;
+  auto bad = [&] {
+    return Error(fmt::format("[ledger] --input must be CxHxW with positive sizes (e.g. 3x224x224), got '{}'", s));
+  };
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == 'x' || s[i] == 'X' || s[i] == ',') {
+      if (cur.empty() || cur.size() > 9) throw bad();
+      r.push_back(std::stoll(cur));
+      cur.clear();
+    } else if (s[i] >= '0' && s[i] <= '9') {
+      cur += s[i];
+    } else {
+      throw bad();
+    }
+  }
+  if (r.size() != 3) throw bad();
+  for (auto d : r)
+    if (d <= 0) throw bad();
+  return r;
+}
+
+int run(const LedgerArgs& a) {
+  LedgerConfig cfg;
+  cfg.batch = a.batch;
+  if (!a.input.empty()) cfg.input = parse_input(a.input);
+  cfg.num_classes = a.classes;
+  cfg.precision = a.precision;
+  cfg.optimizer = a.optimizer;
+  cfg.momentum = a.momentum;
+  cfg.device = a.device;
+  cfg.dataset_size = a.dataset_size;
+  cfg.epochs = a.epochs;
+  cfg.measure = a.measure;
+  cfg.measure_steps = a.measure_steps;
+  cfg.progress = [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
+  if (a.recalibrate) {
+    forget_cpu_calibration();
+    std::remove(device_cache_path().c_str());
+  }
+  Ledger l = ledger(a.model, cfg);
+  std::fputs((a.json ? ledger_json(l) : format_ledger(l)).c_str(), stdout);
+  return 0;
+}
+
+tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
+  static LedgerArgs a;
+  sub = app.add_subcommand("ledger", "what one training step costs: memory by tag, MACs per layer, time per device");
+  sub->add_option("model", a.model, "zoo model name (reckon models lists them)")->required();
+  sub->add_option("--batch", a.batch, "images per step")->required();
+  sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
+  sub->add_option("--classes", a.classes, "number of classes (default: the model's)");
+  sub->add_option("--precision", a.precision, "fp32 (bf16 comes with autocast)")->capture_default_str();
+  sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
+  sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();
+  sub->add_option("--device", a.device, "cpu, a100, a100-80gb, h100, h200, l4, rtx4090")->capture_default_str();
+  sub->add_option("--dataset-size", a.dataset_size, "images per epoch, for the time of a whole run");
+  sub->add_option("--epochs", a.epochs, "epochs of the whole run")->capture_default_str();
+  sub->add_flag("--measure", a.measure, "also run the step on this cpu and print predicted vs measured");
+  sub->add_option("--measure-steps", a.measure_steps, "timed steps with --measure")->capture_default_str();
+  sub->add_flag("--json", a.json, "print JSON instead of tables");
+  sub->add_flag("--recalibrate", a.recalibrate, "measure this cpu again (peak, bandwidth, per-op overhead)");
+  return [] { return run(a); };
+});
+
+}  // namespace
