@@ -81,22 +81,6 @@ Support check(const Tensor& t, const ConvGeo& g) {
   return Support::yes();
 }
 
-// Planning (KernelCtx::planning(), the meta device): the same workspace requests in the same
-// order as the real run, and no data touched. reorder_in/run/reorder_out are reorder_to,
-// execute and the copy back, each with its planning branch.
-memory reorder_in(KernelCtx& ctx, const memory& src, const memory::desc& d, Tensor& holder) {
-  if (!ctx.planning()) return reorder_to(ctx, src, d, holder);
-  if (src.get_desc() == d) return src;
-  holder = ctx.workspace(int64_t(d.get_size()));
-  return memory(d, engine(), holder.raw_data());
-}
-
-void run(KernelCtx& ctx, const dnnl::primitive& p, const memory::desc& scratch,
-         std::unordered_map<int, memory> args) {
-  if (!ctx.planning()) return execute(ctx, p, scratch, std::move(args));
-  if (size_t bytes = scratch.get_size(); bytes > 0) ctx.workspace(int64_t(bytes));  // held while it runs
-}
-
 // Copies a primitive-layout result back into the user's plain tensor.
 void reorder_out(KernelCtx& ctx, const memory& from, const memory& user) {
   if (ctx.planning() || from.get_desc() == user.get_desc()) return;
@@ -121,8 +105,8 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
   memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
   Tensor hx, hw, hy;
-  memory xm = reorder_in(ctx, xu, plan.pd.src_desc(), hx);
-  memory wm = reorder_in(ctx, wu, plan.pd.weights_desc(), hw);
+  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
+  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
   memory ym = yu;
   if (plan.pd.dst_desc() != yu.get_desc()) {
     hy = ctx.workspace(int64_t(plan.pd.dst_desc().get_size()));
@@ -130,7 +114,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
   if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
-  run(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   return Support::yes();
 }
@@ -155,14 +139,14 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
   memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
-  memory dym = reorder_in(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
-  memory wm = reorder_in(ctx, wu, plan.pd.weights_desc(), hw);
+  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
+  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
   memory dxm = dxu;
   if (plan.pd.diff_src_desc() != dxu.get_desc()) {
     hdx = ctx.workspace(int64_t(plan.pd.diff_src_desc().get_size()));
     dxm = memory(plan.pd.diff_src_desc(), engine(), hdx.raw_data());
   }
-  run(ctx, plan.prim, plan.pd.scratchpad_desc(),
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
       {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
   reorder_out(ctx, dxm, dxu);
   return Support::yes();
@@ -192,8 +176,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
   Tensor hdy, hx, hdw;
-  memory dym = reorder_in(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
-  memory xm = reorder_in(ctx, xu, plan.pd.src_desc(), hx);
+  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
+  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
   memory dwm = dwu;
   if (plan.pd.diff_weights_desc() != dwu.get_desc()) {
     hdw = ctx.workspace(int64_t(plan.pd.diff_weights_desc().get_size()));
@@ -201,13 +185,14 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
-  run(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
   return Support::yes();
 }
 
 namespace {
-// These kernels plan (see run/reorder_in above): the meta device accounts their workspace.
+// These kernels plan (dnnl_util::execute and reorder_to honour a planning context): the meta
+// device accounts their workspace.
 [[maybe_unused]] const bool kConvPlans =
     (cpu_kernel_plans<Conv2d> = cpu_kernel_plans<Conv2dBackwardInput> = cpu_kernel_plans<Conv2dBackwardWeight> = true);
 }  // namespace

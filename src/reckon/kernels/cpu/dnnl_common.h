@@ -61,7 +61,8 @@ class PlanCache {
   std::unordered_map<std::string, Entry> map_;
 };
 
-// Runs a primitive with the scratchpad it asks for (tagged workspace).
+// Runs a primitive with the scratchpad it asks for (tagged workspace). When the context is
+// planning (the meta device) both functions make the same workspace requests and touch no data.
 void execute(KernelCtx& ctx, const dnnl::primitive& p, const dnnl::memory::desc& scratch_desc,
              std::unordered_map<int, dnnl::memory> args);
 

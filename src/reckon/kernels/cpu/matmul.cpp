@@ -32,12 +32,6 @@ memory::desc mat_desc(int64_t batch, int64_t rows, int64_t cols, bool trans, mem
 
 bool supported_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
 
-// execute(), or when planning (the meta device) only the scratchpad request it would make.
-void run(KernelCtx& ctx, const dnnl::primitive& p, const memory::desc& scratch,
-         std::unordered_map<int, memory> args) {
-  if (!ctx.planning()) return execute(ctx, p, scratch, std::move(args));
-  if (size_t bytes = scratch.get_size(); bytes > 0) ctx.workspace(int64_t(bytes));  // held while it runs
-}
 }  // namespace
 
 Support Matmul::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -62,7 +56,7 @@ Support Matmul::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
     auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), default_attr(), engine());
     return MatmulPlan{pd, dnnl::matmul(pd)};
   });
-  run(ctx, plan.prim, plan.pd.scratchpad_desc(),
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
       {{DNNL_ARG_SRC, mem(plan.pd.src_desc(), x)},
        {DNNL_ARG_WEIGHTS, mem(plan.pd.weights_desc(), w)},
        {DNNL_ARG_DST, mem(plan.pd.dst_desc(), y)}});
@@ -91,7 +85,7 @@ Support Linear::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
                                           {DNNL_ARG_WEIGHTS, mem(plan.pd.weights_desc(), w)},
                                           {DNNL_ARG_DST, mem(plan.pd.dst_desc(), y)}};
   if (bias) args[DNNL_ARG_BIAS] = mem(plan.pd.bias_desc(), in[2]);
-  run(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   return Support::yes();
 }
 
