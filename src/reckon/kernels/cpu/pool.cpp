@@ -36,19 +36,13 @@ AvgAxis avg_axis(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p) {
   int64_t end = std::min(start + k, in + p);
   return {std::max<int64_t>(start, 0), std::min(end, in), end - start};
 }
-template <class T>
-T* scratch(KernelCtx& ctx, Tensor& holder, int64_t n) {
-  holder = ctx.workspace(n * int64_t(sizeof(T)));
-  return static_cast<T*>(holder.raw_data());
-}
 // Adaptive windows [h0, h1) per output row and [w0, w1) per output column.
 struct AdaptiveWin {
-  Tensor hold;
   const int64_t *h0, *h1, *w0, *w1;
 };
 AdaptiveWin adaptive_windows(KernelCtx& ctx, int64_t H, int64_t W, int64_t HO, int64_t WO) {
   AdaptiveWin a;
-  int64_t* p = scratch<int64_t>(ctx, a.hold, 2 * (HO + WO));
+  int64_t* p = ctx.scratch<int64_t>(2 * (HO + WO));
   int64_t *h0 = p, *h1 = p + HO, *w0 = p + 2 * HO, *w1 = p + 2 * HO + WO;
   for (int64_t i = 0; i < HO; ++i) h0[i] = adaptive_start(i, H, HO), h1[i] = adaptive_end(i, H, HO);
   for (int64_t i = 0; i < WO; ++i) w0[i] = adaptive_start(i, W, WO), w1[i] = adaptive_end(i, W, WO);
@@ -66,8 +60,7 @@ Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
   const int64_t ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
   // First tap inside the input of each output column (the index a window with no larger
   // value reports, as PyTorch's kernel starts from it).
-  Tensor hold;
-  int64_t* wfirst = scratch<int64_t>(ctx, hold, WO);
+  int64_t* wfirst = ctx.scratch<int64_t>(WO);
   for (int64_t ow = 0; ow < WO; ++ow) {
     int64_t w0 = ow * sw - pw;
     while (w0 < 0) w0 += dw;
@@ -206,8 +199,7 @@ Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
   const int64_t HO = out[0].size(2), WO = out[0].size(3);
   const int64_t kh = a.kernel[0], kw = a.kernel[1], sw = a.stride[1], pw = a.padding[1];
   // Column parts of the divisor: padded extent and taps inside the input.
-  Tensor hold;
-  int64_t* col = scratch<int64_t>(ctx, hold, 2 * WO);
+  int64_t* col = ctx.scratch<int64_t>(2 * WO);
   for (int64_t ow = 0; ow < WO; ++ow) {
     AvgAxis c = avg_axis(ow, W, kw, sw, pw);
     col[ow] = c.padded;
@@ -252,10 +244,9 @@ Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
   const int64_t HO = dy.size(2), WO = dy.size(3);
   const int64_t kh = q.kernel[0], kw = q.kernel[1], sw = q.stride[1], pw = q.padding[1];
   const int threads = omp_get_max_threads();
-  Tensor hold, hold_t;
-  int64_t* col = scratch<int64_t>(ctx, hold, 2 * WO);
+  int64_t* col = ctx.scratch<int64_t>(2 * WO);
   // Per thread: g (WO) = dy / divisor of one output row, t (W) = g spread over the columns.
-  float* tbuf = scratch<float>(ctx, hold_t, int64_t(threads) * (WO + W));
+  float* tbuf = ctx.scratch<float>(int64_t(threads) * (WO + W));
   for (int64_t ow = 0; ow < WO; ++ow) {
     AvgAxis c = avg_axis(ow, W, kw, sw, pw);
     col[ow] = c.padded;
@@ -320,8 +311,7 @@ Support AdaptiveAvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
   }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
-  Tensor hold_c;
-  float* cbuf = scratch<float>(ctx, hold_c, int64_t(threads) * W);
+  float* cbuf = ctx.scratch<float>(int64_t(threads) * W);
   // Separable: c[iw] = sum over the row window of oh (contiguous vector adds, the bulk of the
   // work), then y[oh][ow] = sum of c over the column window of ow (short scalar runs).
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
@@ -363,8 +353,7 @@ Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> i
   }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
-  Tensor hold_t;
-  float* tbuf = scratch<float>(ctx, hold_t, int64_t(threads) * W);
+  float* tbuf = ctx.scratch<float>(int64_t(threads) * W);
   // dx[ih] = sum over row windows oh holding ih of t_oh, t_oh[iw] = sum over column windows ow
   // holding iw of dy[oh][ow] / area.
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
