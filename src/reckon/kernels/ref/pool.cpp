@@ -19,6 +19,10 @@ AvgWin avg_win(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p) {
   int64_t padded = end - start;
   return {std::max<int64_t>(start, 0), std::min(end, in), padded};
 }
+// The divisor of a window: its padded area, or only the taps inside the input.
+int64_t avg_divisor(const AvgWin& r, const AvgWin& c, bool count_include_pad) {
+  return count_include_pad ? r.padded * c.padded : (r.end - r.start) * (c.end - c.start);
+}
 }  // namespace
 
 void MaxPool2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -93,7 +97,7 @@ void AvgPool2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
           double s = 0;
           for (int64_t ih = r.start; ih < r.end; ++ih)
             for (int64_t iw = c.start; iw < c.end; ++iw) s += double(px[(p * H + ih) * W + iw]);
-          int64_t div = a.count_include_pad ? r.padded * c.padded : (r.end - r.start) * (c.end - c.start);
+          int64_t div = avg_divisor(r, c, a.count_include_pad);
           py[yi] = T(s / double(div));
         }
   });
@@ -114,7 +118,7 @@ void AvgPool2dBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, std::spa
           AvgWin r = avg_win(oh, H, q.kernel[0], q.stride[0], q.padding[0]);
           AvgWin c = avg_win(ow, W, q.kernel[1], q.stride[1], q.padding[1]);
           if (r.start >= r.end || c.start >= c.end) continue;
-          int64_t div = q.count_include_pad ? r.padded * c.padded : (r.end - r.start) * (c.end - c.start);
+          int64_t div = avg_divisor(r, c, q.count_include_pad);
           double g = double(pdy[(p * HO + oh) * WO + ow]) / double(div);
           for (int64_t ih = r.start; ih < r.end; ++ih)
             for (int64_t iw = c.start; iw < c.end; ++iw) acc[size_t((p * H + ih) * W + iw)] += g;
