@@ -20,6 +20,7 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 
 struct Conv2d {
   static constexpr std::string_view kName = "conv2d";
+  static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr std::string_view kOnnx = "Conv";
   RK_OP_DECLS(ConvAttrs);
   RK_OP_REF;

@@ -1,5 +1,7 @@
 #include "reckon/ops/dispatch.h"
 
+#include "reckon/ops/shape_ops.h"
+
 #include <cstring>
 
 namespace reckon {
@@ -30,6 +32,13 @@ Tensor KernelCtx::workspace(int64_t bytes) {
   TagGuard g(Tag::workspace);
   workspace_bytes_ += bytes;
   return Tensor::empty({bytes}, DType::u8, planning() ? Device::meta : Device::cpu);
+}
+
+Tensor KernelCtx::workspace_tensor(const Shape& shape, DType dtype) {
+  TagGuard g(Tag::workspace);
+  held_.push_back(Tensor::empty(shape, dtype, planning() ? Device::meta : Device::cpu));
+  workspace_bytes_ += held_.back().nbytes();
+  return held_.back();
 }
 
 namespace {
@@ -65,6 +74,13 @@ void set_scope_for_backward(const std::string* scope, bool backward) {
   t_in_backward = backward;
 }
 bool in_backward() { return t_in_backward; }
+
+namespace {
+thread_local bool t_recomputing = false;
+}
+Recomputing::Recomputing() : prev_(t_recomputing) { t_recomputing = true; }
+Recomputing::~Recomputing() { t_recomputing = prev_; }
+bool recomputing() { return t_recomputing; }
 
 ForceReference::ForceReference(bool on) : prev_(t_force_ref) { t_force_ref = on; }
 ForceReference::~ForceReference() { t_force_ref = prev_; }
@@ -148,6 +164,50 @@ Tensor contiguous_copy(const Tensor& t) {
   return r;
 }
 
+bool has_low_precision(std::span<const Tensor> in, std::span<const Tensor> out) {
+  for (auto& t : in)
+    if (t.defined() && is_low_precision(t.dtype())) return true;
+  for (auto& t : out)
+    if (t.defined() && is_low_precision(t.dtype())) return true;
+  return false;
+}
+
+namespace {
+// Elementwise conversion between f32 and bf16/f16 of two dense tensors of one shape: the cast
+// op's cpu kernel (vectorised, rounding to nearest even), the reference loops otherwise.
+void convert(const Tensor& src, const Tensor& dst) {
+  if (src.is_meta() || src.numel() == 0) return;
+  KernelCtx ctx;
+  Tensor out = dst;
+  std::span<Tensor> outs(&out, 1);
+  if (!Cast::cpu(ctx, std::span<const Tensor>(&src, 1), outs, {dst.dtype()}).ok)
+    Cast::ref(ctx, std::span<const Tensor>(&src, 1), outs, {dst.dtype()});
+}
+}  // namespace
+
+std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in) {
+  std::vector<Tensor> r(in.begin(), in.end());
+  for (auto& t : r)
+    if (t.defined() && is_low_precision(t.dtype())) {
+      Tensor w = ctx.workspace_tensor(t.shape(), DType::f32);
+      convert(t, w);
+      t = w;
+    }
+  return r;
+}
+
+std::vector<Tensor> f32_outputs(KernelCtx& ctx, std::span<const Tensor> out) {
+  std::vector<Tensor> r(out.begin(), out.end());
+  for (auto& t : r)
+    if (t.defined() && is_low_precision(t.dtype())) t = ctx.workspace_tensor(t.shape(), DType::f32);
+  return r;
+}
+
+void narrow(std::span<const Tensor> wide, std::span<Tensor> out) {
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!wide[i].same(out[i])) convert(wide[i], out[i]);
+}
+
 void note_failure(std::string_view op, std::span<const Tensor> in) {
   t_failure.op = std::string(op);
   t_failure.scope = current_scope();
@@ -162,10 +222,12 @@ void report(std::string_view op, const Cost& cost, std::string_view kernel, std:
   r.op = op;
   r.scope = current_scope();
   r.backward = in_backward();
+  r.recompute = recomputing();
   r.cost = cost;
   r.kernel = kernel;
   r.skipped = std::move(skipped);
   for (auto& t : in) r.in_shapes.push_back(t.defined() ? t.shape() : Shape{});
+  for (auto& t : in) r.in_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
   for (auto& t : out) r.out_shapes.push_back(t.shape());
   r.macs_counted = macs_counted;
   r.workspace_bytes = workspace_bytes;

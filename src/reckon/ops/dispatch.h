@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "reckon/ops/autocast.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
 
@@ -45,11 +46,21 @@ void report(std::string_view op, const Cost& cost, std::string_view kernel, std:
             std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
             int64_t workspace_bytes, int64_t saved_bytes);
 void note_failure(std::string_view op, std::span<const Tensor> in);  // see last_op_failure()
+// Computing in f32 for a kernel without a bf16/f16 path: any floating tensor of in/out in bf16 or
+// f16? Then widen(ctx, in) gives f32 workspace copies of those inputs (others as they are),
+// f32_outputs(ctx, out) f32 workspace tensors for the low-precision outputs, and narrow() rounds
+// them back into out.
+bool has_low_precision(std::span<const Tensor> in, std::span<const Tensor> out);
+std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in);
+std::vector<Tensor> f32_outputs(KernelCtx& ctx, std::span<const Tensor> out);
+void narrow(std::span<const Tensor> wide, std::span<Tensor> out);
 }  // namespace detail
 
 template <class Op>
 std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs = {}) {
   static_assert(OpDef<Op>);
+  if constexpr (amp_policy<Op>() != AmpPolicy::keep)
+    if (autocast_active()) detail::autocast_inputs(amp_policy<Op>(), in);
   Device dev = Device::cpu;
   detail::check_same_device(Op::kName, in, dev);
   std::vector<TensorSpec> specs;
@@ -95,6 +106,19 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
       }
       if (done) {
         kernel = "cpu";
+      } else if (detail::has_low_precision(kin, out)) {
+        // No bf16/f16 kernel took the call: compute in f32 and round the outputs back.
+        std::vector<Tensor> win = detail::widen(ctx, kin);
+        std::vector<Tensor> wout = detail::f32_outputs(ctx, out);
+        bool wide_done = false;
+        if constexpr (HasCpuKernel<Op>)
+          if (!force_reference()) wide_done = Op::cpu(ctx, win, wout, attrs).ok;
+        if (!wide_done) {
+          Op::ref(ctx, win, wout, attrs);
+          counted = ctx.macs_counted();
+        }
+        detail::narrow(wout, out);
+        kernel = wide_done ? "cpu-f32" : "ref-f32";
       } else {
         Op::ref(ctx, kin, out, attrs);
         kernel = "ref";

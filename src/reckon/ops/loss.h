@@ -27,6 +27,7 @@ RowGeo softmax_geo(std::string_view op, const Shape& x, int64_t dim);
 // in = x -> y = exp(x - max) / sum(exp(x - max)) along dim. Keeps y.
 struct Softmax {
   static constexpr std::string_view kName = "softmax";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "Softmax";
   RK_OP_DECLS(SoftmaxAttrs);
   RK_OP_REF;
@@ -37,6 +38,7 @@ struct Softmax {
 // in = x -> y = x - max - log(sum(exp(x - max))) along dim. Keeps y.
 struct LogSoftmax {
   static constexpr std::string_view kName = "log_softmax";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "LogSoftmax";
   RK_OP_DECLS(SoftmaxAttrs);
   RK_OP_REF;
@@ -71,6 +73,7 @@ struct LogSoftmaxBackward {
 // caller use it) flows back as log_softmax's.
 struct CrossEntropy {
   static constexpr std::string_view kName = "cross_entropy";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "SoftmaxCrossEntropyLoss";
   RK_OP_DECLS(CrossEntropyArgs);
   RK_OP_REF;
@@ -99,6 +102,7 @@ struct NllAttrs {
 // Keeps target.
 struct NllLoss {
   static constexpr std::string_view kName = "nll_loss";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "NegativeLogLikelihoodLoss";
   RK_OP_DECLS(NllAttrs);
   RK_OP_REF;

@@ -8,6 +8,7 @@ namespace reckon {
 // trans_a / trans_b: the stored a is (..., K, M) / b is (..., N, K).
 struct Matmul {
   static constexpr std::string_view kName = "matmul";
+  static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr std::string_view kOnnx = "MatMul";
   struct A { bool trans_a = false, trans_b = false; };
   RK_OP_DECLS(A);
@@ -19,6 +20,7 @@ struct Matmul {
 // in = (x (N, IN), w (OUT, IN), b (OUT) or undefined) -> y (N, OUT) = x w^T + b.
 struct Linear {
   static constexpr std::string_view kName = "linear";
+  static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr std::string_view kOnnx = "Gemm";
   RK_OP_DECLS(NoAttrs);
   RK_OP_REF;

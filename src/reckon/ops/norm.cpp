@@ -8,13 +8,18 @@ namespace reckon {
 namespace {
 constexpr const char* kBnSlot[] = {"x", "weight", "bias", "running_mean", "running_var"};
 
-// Checks a per-channel tensor of batch norm (if defined): shape (C), x's dtype.
+// Mixed precision: with x in bf16/f16 the per-channel tensors (parameters, running and saved
+// statistics) are f32, as the kernel computes in f32 (torch's mixed-type batch norm).
+DType stat_dtype(DType x) { return x == DType::bf16 || x == DType::f16 ? DType::f32 : x; }
+// Checks a per-channel tensor of batch norm (if defined): shape (C), x's dtype (or f32 for a
+// bf16/f16 x).
 void check_channel(std::string_view op, const Tensor& t, const char* name, const Tensor& x, bool contiguous) {
   if (!t.defined()) return;
   int64_t C = x.size(1);
   RK_CHECK(t.dim() == 1 && t.size(0) == C, "[{}] {} has shape {} but x {} has {} channels", op, name,
            shape_str(t.shape()), shape_str(x.shape()), C);
-  RK_CHECK(t.dtype() == x.dtype(), "[{}] {} is {} but x is {}", op, name, dtype_name(t.dtype()), dtype_name(x.dtype()));
+  RK_CHECK(t.dtype() == stat_dtype(x.dtype()) || t.dtype() == x.dtype(), "[{}] {} is {} but x is {}", op, name,
+           dtype_name(t.dtype()), dtype_name(x.dtype()));
   RK_CHECK(!contiguous || t.is_contiguous(), "[{}] {} must be contiguous: it is updated in place", op, name);
 }
 void check_x(std::string_view op, const Tensor& x, int64_t min_rank) {
@@ -42,7 +47,7 @@ std::vector<TensorSpec> BatchNorm2d::infer(std::span<const Tensor> in, const Att
   if (a.training) {
     int64_t m = C ? x.numel() / C : 0;
     RK_CHECK(m > 1, "[{}] expected more than 1 value per channel when training, got x {}", kName, shape_str(x.shape()));
-    return {x.spec(), {{C}, x.dtype()}, {{C}, x.dtype()}};
+    return {x.spec(), {{C}, stat_dtype(x.dtype())}, {{C}, stat_dtype(x.dtype())}};
   }
   return {x.spec()};
 }
@@ -53,7 +58,7 @@ Cost BatchNorm2d::cost(std::span<const Tensor> in, std::span<const TensorSpec> o
     // mean: 1 add; var: sub, mul, add; y = x * scale + shift: 2. Per channel: invstd, scale,
     // shift, the two running updates.
     k.flops = 6 * n + 12 * c;
-    if (in[3].defined()) k.bytes_written += 2 * c * es(in[0]);
+    if (in[3].defined()) k.bytes_written += 2 * c * es(in[3]);
   } else {
     k.flops = 2 * n + 4 * c;
   }
@@ -109,7 +114,8 @@ std::vector<TensorSpec> BatchNorm2dBackward::infer(std::span<const Tensor> in, c
   check_channel(kName, in[3], a.training ? "save_mean" : "running_mean", x, false);
   check_channel(kName, in[4], a.training ? "save_invstd" : "running_var", x, false);
   const int64_t C = x.size(1);
-  return {x.spec(), {{C}, x.dtype()}, {{C}, x.dtype()}};
+  const DType wd = in[2].defined() ? in[2].dtype() : stat_dtype(x.dtype());
+  return {x.spec(), {{C}, wd}, {{C}, wd}};
 }
 Cost BatchNorm2dBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs& a) {
   const int64_t n = in[1].numel(), c = in[1].size(1);

@@ -26,6 +26,7 @@ struct BatchNormAttrs {
 // caller use them. No MACs: every operation is elementwise or a plain sum.
 struct BatchNorm2d {
   static constexpr std::string_view kName = "batch_norm2d";
+  static constexpr AmpPolicy kAmp = AmpPolicy::keep;
   static constexpr std::string_view kOnnx = "BatchNormalization";
   RK_OP_DECLS(BatchNormAttrs);
   RK_OP_REF;
@@ -61,6 +62,7 @@ inline int64_t lrn_hi(int64_t c, int64_t size) { return c + (size - 1) / 2; }  /
 // Keeps x (the backward recomputes s rather than keeping a second tensor of x's size).
 struct LocalResponseNorm {
   static constexpr std::string_view kName = "local_response_norm";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "LRN";
   RK_OP_DECLS(LrnAttrs);
   RK_OP_REF;

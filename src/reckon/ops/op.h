@@ -8,6 +8,7 @@
 //   cpu(ctx, in, out, attrs)   optional fast kernel; returns Support{false, why} to decline
 //   backward(args, attrs)      input gradients written with other ops, or kNoGradient = "why"
 //   kOnnx = "Conv"             its ONNX mapping, or kNotExportable = "why"
+//   kAmp = AmpPolicy::lower    optional: its mixed-precision rule (ops/autocast.h; default promote)
 // Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
 // only code that calls them. This file is not an op registry: the list is op_list.h.
 #pragma once
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "reckon/core/tensor.h"
+#include "reckon/ops/autocast.h"
 
 namespace reckon {
 
@@ -75,6 +77,8 @@ class KernelCtx {
   // Scratch memory, tagged `workspace`, freed when the tensor handle dies.
   Tensor workspace(int64_t bytes);
   int64_t workspace_bytes() const { return workspace_bytes_; }
+  // A tensor of workspace that lives as long as this context (the kernel call); meta when planning.
+  Tensor workspace_tensor(const Shape& shape, DType dtype);
   // n zeroed elements of workspace that live as long as this context (the kernel call).
   template <class T>
   T* scratch(int64_t n) {
@@ -106,10 +110,12 @@ struct OpRecord {
   std::string_view op;
   std::string scope;        // module path, e.g. "features.0"
   bool backward = false;    // ran inside a backward pass
+  bool recompute = false;   // a forward op run again in backward to rebuild dropped activations
   Cost cost;
   std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)
   std::string skipped;      // why the fast kernel was not used ("" if it was)
   std::vector<Shape> in_shapes, out_shapes;
+  std::vector<DType> in_dtypes;   // per input (f32 for an undefined one)
   int64_t macs_counted = -1;  // what the reference kernel counted, -1 if it did not run
   int64_t workspace_bytes = 0;
   int64_t saved_bytes = 0;    // bytes of newly saved-for-backward tensors
@@ -138,6 +144,19 @@ class ScopeGuard {
 const std::string& current_scope();
 void set_scope_for_backward(const std::string* scope, bool backward);  // engine use
 bool in_backward();
+// Recomputation (activation checkpointing): while a Recomputing guard lives, op records say
+// recompute = true (the ledger counts their MACs as the price of the memory saved).
+class Recomputing {
+ public:
+  Recomputing();
+  ~Recomputing();
+  Recomputing(const Recomputing&) = delete;
+  Recomputing& operator=(const Recomputing&) = delete;
+
+ private:
+  bool prev_;
+};
+bool recomputing();
 
 // Kernel planning on the meta device. A cpu kernel that can plan says so by setting
 // cpu_kernel_plans<Op> = true at static initialisation (kernels/cpu/conv.cpp, matmul.cpp).

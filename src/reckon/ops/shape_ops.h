@@ -71,16 +71,19 @@ struct Concat {
 
 struct Cast {
   static constexpr std::string_view kName = "cast";
+  static constexpr AmpPolicy kAmp = AmpPolicy::keep;
   static constexpr std::string_view kOnnx = "Cast";
   struct A { DType dtype = DType::f32; };
   RK_OP_DECLS(A);
   RK_OP_REF;
+  RK_OP_CPU;  // f32 / bf16 / f16 / f64 conversions and same-dtype copies (kernels/cpu/cast.cpp)
   RK_OP_BACKWARD;
 };
 
 // Sums over dims (sorted, unique); keepdim keeps them as size 1. Empty dims = all.
 struct Sum {
   static constexpr std::string_view kName = "sum";
+  static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "ReduceSum";
   struct A { std::vector<int64_t> dims; bool keepdim = false; };
   RK_OP_DECLS(A);

@@ -1,4 +1,6 @@
-// oneDNN convolution: forward, backward data, backward weights (+ bias), f32 and bf16.
+// oneDNN convolution: forward, backward data, backward weights (+ bias), f32 and bf16; f16
+// calls run the f32 kernels on f32 copies (run_in_f32: this cpu has no f16 arithmetic, and
+// oneDNN 2.6's converting f16 reorders are about 5x slower than converting first).
 // User tensors are plain NCHW / OIHW; the primitive picks its own layouts (format `any`) and
 // we reorder in and out through workspace buffers, since the blocked jit kernels beat any
 // plain-layout kernel by far on AVX-512. Plans are built once per shape and reused.
@@ -74,8 +76,12 @@ struct BwdWeightPlan {
   dnnl::convolution_backward_weights prim;
 };
 
+// The type the primitive computes in (f16 never reaches it: see run_in_f32).
+memory::data_type compute_dt(DType t) { return dt(t); }
+
 Support check(const Tensor& t, const ConvGeo& g) {
-  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16) return Support::no("dtype is not f32 or bf16");
+  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16)
+    return Support::no("dtype is not f32, bf16 or f16");
   for (auto p : g.pad_r)
     (void)p;  // oneDNN accepts a negative right padding (floor-mode output sizes)
   return Support::yes();
@@ -90,21 +96,23 @@ void reorder_out(KernelCtx& ctx, const memory& from, const memory& user) {
 }  // namespace
 
 Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (in[0].dtype() == DType::f16)
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &x = in[0], &w = in[1];
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
   if (Support s = check(x, g); !s.ok) return s;
-  auto t = dt(x.dtype());
+  auto t = compute_dt(x.dtype()), ut = dt(x.dtype());
   static PlanCache<FwdPlan> cache;
   auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
     auto pd = fwd_pd(g, t, bias);
     return FwdPlan{pd, dnnl::convolution_forward(pd)};
   });
-  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
-  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
-  memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
-  Tensor hx, hw, hy;
+  memory xu(memory::desc(g.x, ut, tag::nchw), engine(), x.raw_data());
+  memory wu(memory::desc(g.w_user, ut, g.w_tag), engine(), w.raw_data());
+  memory yu(memory::desc(g.y, ut, tag::nchw), engine(), y.raw_data());
+  Tensor hx, hw, hy, hb;
   memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
   memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
   memory ym = yu;
@@ -113,18 +121,22 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
     ym = memory(plan.pd.dst_desc(), engine(), hy.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
-  if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
+  if (bias)
+    args[DNNL_ARG_BIAS] = reorder_to(ctx, memory(memory::desc(g.b, dt(in[2].dtype()), tag::a), engine(), in[2].raw_data()),
+                                     plan.pd.bias_desc(), hb);
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   return Support::yes();
 }
 
 Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (in[0].dtype() == DType::f16)
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
-  auto t = dt(dy.dtype());
+  auto t = compute_dt(dy.dtype()), ut = dt(dy.dtype());
   static PlanCache<BwdDataPlan> cache;
   auto& plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
     auto hint = fwd_pd(g, t, false);
@@ -135,9 +147,9 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
     return BwdDataPlan{pd, dnnl::convolution_backward_data(pd)};
   });
-  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
-  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
-  memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
+  memory dyu(memory::desc(g.y, ut, tag::nchw), engine(), dy.raw_data());
+  memory wu(memory::desc(g.w_user, ut, g.w_tag), engine(), w.raw_data());
+  memory dxu(memory::desc(g.x, ut, tag::nchw), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
   memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
   memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
@@ -153,11 +165,13 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
 }
 
 Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (in[0].dtype() == DType::f16)
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
-  auto t = dt(dy.dtype());
+  auto t = compute_dt(dy.dtype()), ut = dt(dy.dtype());
   static PlanCache<BwdWeightPlan> cache;
   auto& plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
     auto hint = fwd_pd(g, t, a.with_bias);
@@ -172,10 +186,10 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
     return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd)};
   });
-  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
-  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
-  memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
-  Tensor hdy, hx, hdw;
+  memory dyu(memory::desc(g.y, ut, tag::nchw), engine(), dy.raw_data());
+  memory xu(memory::desc(g.x, ut, tag::nchw), engine(), x.raw_data());
+  memory dwu(memory::desc(g.w_user, ut, g.w_tag), engine(), dw.raw_data());
+  Tensor hdy, hx, hdw, hdb;
   memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
   memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
   memory dwm = dwu;
@@ -184,9 +198,19 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     dwm = memory(plan.pd.diff_weights_desc(), engine(), hdw.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
-  if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
+  memory dbu, dbm;
+  if (a.with_bias) {
+    dbu = memory(memory::desc(g.b, dt(out[1].dtype()), tag::a), engine(), out[1].raw_data());
+    dbm = dbu;
+    if (plan.pd.diff_bias_desc() != dbu.get_desc()) {
+      hdb = ctx.workspace(int64_t(plan.pd.diff_bias_desc().get_size()));
+      dbm = memory(plan.pd.diff_bias_desc(), engine(), hdb.raw_data());
+    }
+    args[DNNL_ARG_DIFF_BIAS] = dbm;
+  }
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
+  if (a.with_bias) reorder_out(ctx, dbm, dbu);
   return Support::yes();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op.h"
 
 namespace reckon::dnnl_util {
@@ -69,5 +70,17 @@ void execute(KernelCtx& ctx, const dnnl::primitive& p, const dnnl::memory::desc&
 // Reorders a tensor between layouts into a workspace buffer; returns the memory.
 dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::memory::desc& dst_desc,
                         Tensor& holder);
+
+// This cpu has no f16 arithmetic: a kernel called with f16 tensors runs `f32_kernel` on f32
+// workspace copies of them and rounds its outputs back to f16. The copies are requested from ctx,
+// so on the meta device (planning) they are accounted like any other workspace.
+template <class F>
+Support run_in_f32(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, F&& f32_kernel) {
+  std::vector<Tensor> win = detail::widen(ctx, in);
+  std::vector<Tensor> wout = detail::f32_outputs(ctx, out);
+  Support s = f32_kernel(std::span<const Tensor>(win), std::span<Tensor>(wout));
+  if (s.ok) detail::narrow(wout, out);
+  return s;
+}
 
 }  // namespace reckon::dnnl_util

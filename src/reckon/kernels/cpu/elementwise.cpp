@@ -1,6 +1,9 @@
-// Fast elementwise kernels (f32): the same formulas as the reference, in loops the compiler
-// vectorises, split across threads with OpenMP when the tensor is large enough to pay.
+// Fast elementwise kernels (f32, bf16, f16): the same formulas as the reference, in loops the
+// compiler vectorises, split across threads with OpenMP when the tensor is large enough to pay.
+// bf16/f16 load to f32, compute in f32 and round once on store (kernels/cpu/lowp.h), so they
+// give the f32 kernel's result rounded; all tensors of a call must share one dtype.
 #include "reckon/kernels/broadcast.h"
+#include "reckon/kernels/cpu/lowp.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/elementwise.h"
 
@@ -8,77 +11,98 @@ namespace reckon {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;
+using lowp::load;
+using lowp::store;
+
+template <class F, class T>
+void binary(const Tensor& ta, const Tensor& tb, Tensor& ty) {
+  const T* pa = ta.data<T>();
+  const T* pb = tb.data<T>();
+  T* py = ty.data<T>();
+  int64_t n = ty.numel();
+  if (ta.numel() == n && tb.numel() == n) {
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = store<T>(F::f(load(pa[i]), load(pb[i])));
+    return;
+  }
+  for_each_row(plan_broadcast(ta.shape(), tb.shape(), ty.shape()),
+               [&](int64_t oa, int64_t ob, int64_t oy, int64_t m, int64_t sa, int64_t sb) {
+                 const T* a = pa + oa;
+                 const T* b = pb + ob;
+                 T* y = py + oy;
+                 if (sa == 1 && sb == 1) {
+#pragma omp simd
+                   for (int64_t i = 0; i < m; ++i) y[i] = store<T>(F::f(load(a[i]), load(b[i])));
+                 } else if (sa == 1) {
+                   float bv = load(b[0]);
+#pragma omp simd
+                   for (int64_t i = 0; i < m; ++i) y[i] = store<T>(F::f(load(a[i]), bv));
+                 } else if (sb == 1) {
+                   float av = load(a[0]);
+#pragma omp simd
+                   for (int64_t i = 0; i < m; ++i) y[i] = store<T>(F::f(av, load(b[i])));
+                 } else {
+                   for (int64_t i = 0; i < m; ++i) y[i] = store<T>(F::f(load(a[i * sa]), load(b[i * sb])));
+                 }
+               });
 }
+
+// All defined tensors of in and out in one dtype, which is returned (f64 if they differ, declined).
+DType common_dtype(std::span<const Tensor> in, std::span<const Tensor> out) {
+  DType d = out[0].dtype();
+  for (auto& t : in)
+    if (t.defined() && t.dtype() != d) return DType::f64;
+  for (auto& t : out)
+    if (t.defined() && t.dtype() != d) return DType::f64;
+  return d;
+}
+}  // namespace
 
 template <class F>
 Support Binary<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  if (out[0].dtype() != DType::f32) return Support::no("dtype is not f32");
-  const float* pa = in[0].data<float>();
-  const float* pb = in[1].data<float>();
-  float* py = out[0].data<float>();
-  int64_t n = out[0].numel();
-  if (in[0].numel() == n && in[1].numel() == n) {
-#pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) py[i] = F::f(pa[i], pb[i]);
+  return lowp::visit(common_dtype(in, out), [&]<class T>() {
+    binary<F, T>(in[0], in[1], out[0]);
     return Support::yes();
-  }
-  for_each_row(plan_broadcast(in[0].shape(), in[1].shape(), out[0].shape()),
-               [&](int64_t oa, int64_t ob, int64_t oy, int64_t m, int64_t sa, int64_t sb) {
-                 const float* a = pa + oa;
-                 const float* b = pb + ob;
-                 float* y = py + oy;
-                 if (sa == 1 && sb == 1) {
-#pragma omp simd
-                   for (int64_t i = 0; i < m; ++i) y[i] = F::f(a[i], b[i]);
-                 } else if (sa == 1) {
-                   float bv = b[0];
-#pragma omp simd
-                   for (int64_t i = 0; i < m; ++i) y[i] = F::f(a[i], bv);
-                 } else if (sb == 1) {
-                   float av = a[0];
-#pragma omp simd
-                   for (int64_t i = 0; i < m; ++i) y[i] = F::f(av, b[i]);
-                 } else {
-                   for (int64_t i = 0; i < m; ++i) y[i] = F::f(a[i * sa], b[i * sb]);
-                 }
-               });
-  return Support::yes();
+  });
 }
 
 Support Affine::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (in[0].dtype() != DType::f32) return Support::no("dtype is not f32");
-  const float* x = in[0].data<float>();
-  float* y = out[0].data<float>();
-  float al = float(a.alpha), be = float(a.beta);
-  int64_t n = in[0].numel();
+  return lowp::visit(common_dtype(in, out), [&]<class T>() {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    float al = float(a.alpha), be = float(a.beta);
+    int64_t n = in[0].numel();
 #pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = al * x[i] + be;
-  return Support::yes();
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(al * load(x[i]) + be);
+    return Support::yes();
+  });
 }
 
 template <class F>
 Support Unary<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (in[0].dtype() != DType::f32) return Support::no("dtype is not f32");
-  const float* x = in[0].data<float>();
-  float* y = out[0].data<float>();
-  float al = float(a.alpha);
-  int64_t n = in[0].numel();
+  return lowp::visit(common_dtype(in, out), [&]<class T>() {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    float al = float(a.alpha);
+    int64_t n = in[0].numel();
 #pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = F::f(x[i], al);
-  return Support::yes();
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(F::f(load(x[i]), al));
+    return Support::yes();
+  });
 }
 
 template <class F>
 Support UnaryBackward<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (in[0].dtype() != DType::f32) return Support::no("dtype is not f32");
-  const float* dy = in[0].data<float>();
-  const float* s = in[1].data<float>();
-  float* dx = out[0].data<float>();
-  float al = float(a.alpha);
-  int64_t n = in[0].numel();
+  return lowp::visit(common_dtype(in, out), [&]<class T>() {
+    const T* dy = in[0].data<T>();
+    const T* s = in[1].data<T>();
+    T* dx = out[0].data<T>();
+    float al = float(a.alpha);
+    int64_t n = in[0].numel();
 #pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * F::df(s[i], al);
-  return Support::yes();
+    for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * F::df(load(s[i]), al));
+    return Support::yes();
+  });
 }
 
 #define RK_INST_BINARY_CPU(F) template Support Binary<F>::cpu(KernelCtx&, std::span<const Tensor>, std::span<Tensor>, const Attrs&);

@@ -1,9 +1,13 @@
-// Fast normalisation kernels (f32), OpenMP loops the compiler vectorises:
+// Fast normalisation kernels, OpenMP loops the compiler vectorises:
 //   batch norm: one thread per channel; sums in float along each contiguous (n, c) row and in
 //     double across rows; mean, then variance around it, then y = x * scale + shift.
 //   local response norm: threads over (n, block of S positions); the channel window is summed
 //     over a block held in registers/L1, s^-beta has exact fast paths for beta 0.75, 0.5, 1.
 //   dropout: the counter-based mask of ops/norm.h, so it matches the reference bit for bit.
+// Batch norm and dropout also take bf16/f16 (kernels/cpu/lowp.h): x, y, dy, dx and the mask in
+// the low precision, batch norm's per-channel tensors in f32 (autocast's mixed batch norm);
+// values are loaded to f32, every sum and formula is the f32 kernel's, outputs are rounded
+// once. LRN is f32 only (autocast runs it in f32).
 // Not oneDNN: its batch norm and LRN want blocked layouts (a reorder each way), and its LRN
 // window for even sizes is not torch's.
 #include <omp.h>
@@ -11,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "reckon/kernels/cpu/lowp.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/norm.h"
 
@@ -32,17 +37,27 @@ bool all_f32(std::span<const Tensor> in) {
   return true;
 }
 const float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+// Batch norm's dtypes: the big tensors (in[big], out[0]) in one of f32/bf16/f16, returned; the
+// per-channel ones f32. Anything else gives f64 (declined).
+DType bn_dtype(std::span<const Tensor> in, std::span<const Tensor> out, size_t big) {
+  const DType d = in[0].dtype();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].defined() && in[i].dtype() != (i < big ? d : DType::f32)) return DType::f64;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].defined() && out[i].dtype() != (i < 1 ? d : DType::f32)) return DType::f64;
+  return d;
+}
+using lowp::load;
+using lowp::store;
 
-// Sum over the rows of channel c of f(i) where i indexes the row: float within a row, double across.
+// Sum over the rows of channel c of f(i) where i indexes the row: float within a row (in the
+// fixed order of lowp::sum16), double across.
 template <class F>
 double channel_sum(const Ncs& g, int64_t c, F&& f) {
   double total = 0;
   for (int64_t n = 0; n < g.n; ++n) {
     const int64_t base = (n * g.c + c) * g.s;
-    float s = 0.f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < g.s; ++i) s += f(base + i);
-    total += double(s);
+    total += double(lowp::sum16(g.s, [&](int64_t i) { return f(base + i); }));
   }
   return total;
 }
@@ -87,27 +102,28 @@ inline void lrn_scale(const float* px, const Ncs& g, int64_t n, int64_t c, int64
 }
 }  // namespace
 
-Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (!all_f32(in)) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
   const Tensor& x = in[0];
   const Ncs g = ncs(x);
   const int64_t M = g.n * g.s;
-  const float* px = x.data<float>();
+  const T* px = x.data<T>();
   const float* pw = opt(in[1]);
   const float* pb = opt(in[2]);
   float* rm = in[3].defined() ? in[3].data<float>() : nullptr;
   float* rv = in[4].defined() ? in[4].data<float>() : nullptr;
-  float* py = out[0].data<float>();
+  T* py = out[0].data<T>();
   float* sm = a.training ? out[1].data<float>() : nullptr;
   float* si = a.training ? out[2].data<float>() : nullptr;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
   for (int64_t c = 0; c < g.c; ++c) {
     double mean, invstd;
     if (a.training) {
-      mean = channel_sum(g, c, [&](int64_t k) { return px[k]; }) / double(M);
+      mean = channel_sum(g, c, [&](int64_t k) { return load(px[k]); }) / double(M);
       const float mf = float(mean);
       double v = channel_sum(g, c, [&](int64_t k) {
-        float d = px[k] - mf;
+        float d = load(px[k]) - mf;
         return d * d;
       });
       // The float mean's rounding shifts the sum of squares by M * (mean - mf)^2.
@@ -128,26 +144,34 @@ Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tenso
     const float scale = float(invstd * w), shift = float(b - mean * invstd * w);
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const float* xr = px + base;
-      float* yr = py + base;
+      const T* xr = px + base;
+      T* yr = py + base;
 #pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) yr[i] = xr[i] * scale + shift;
+      for (int64_t i = 0; i < g.s; ++i) yr[i] = store<T>(load(xr[i]) * scale + shift);
     }
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  return lowp::visit(bn_dtype(in, out, 1), [&]<class T>() {
+    batch_norm2d<T>(in, out, a);
+    return Support::yes();
+  });
 }
 
-Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  if (!all_f32(in)) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void batch_norm2d_backward(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
   const Tensor &dy = in[0], &x = in[1];
   const Ncs g = ncs(x);
   const int64_t M = g.n * g.s;
-  const float* pdy = dy.data<float>();
-  const float* px = x.data<float>();
+  const T* pdy = dy.data<T>();
+  const T* px = x.data<T>();
   const float* pw = opt(in[2]);
   const float* pm = in[3].data<float>();
   const float* pv = in[4].data<float>();
-  float* pdx = out[0].data<float>();
+  T* pdx = out[0].data<T>();
   float* pdw = out[1].data<float>();
   float* pdb = out[2].data<float>();
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
@@ -157,16 +181,10 @@ Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::sp
     double sum_dy = 0, dot = 0;
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const float* dr = pdy + base;
-      const float* xr = px + base;
-      float s = 0.f, d = 0.f;
-#pragma omp simd reduction(+ : s, d)
-      for (int64_t i = 0; i < g.s; ++i) {
-        s += dr[i];
-        d += dr[i] * (xr[i] - mean);
-      }
-      sum_dy += double(s);
-      dot += double(d);
+      const T* dr = pdy + base;
+      const T* xr = px + base;
+      sum_dy += double(lowp::sum16(g.s, [&](int64_t i) { return load(dr[i]); }));
+      dot += double(lowp::sum16(g.s, [&](int64_t i) { return load(dr[i]) * (load(xr[i]) - mean); }));
     }
     const double w = pw ? double(pw[c]) : 1.0;
     pdw[c] = float(dot * invstd);
@@ -177,14 +195,21 @@ Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::sp
     const float k = a.training ? float(dot * invstd * invstd / double(M)) : 0.f;
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const float* dr = pdy + base;
-      const float* xr = px + base;
-      float* o = pdx + base;
+      const T* dr = pdy + base;
+      const T* xr = px + base;
+      T* o = pdx + base;
 #pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) o[i] = (dr[i] - gm - (xr[i] - mean) * k) * scale;
+      for (int64_t i = 0; i < g.s; ++i) o[i] = store<T>((load(dr[i]) - gm - (load(xr[i]) - mean) * k) * scale);
     }
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  return lowp::visit(bn_dtype(in, out, 2), [&]<class T>() {
+    batch_norm2d_backward<T>(in, out, a);
+    return Support::yes();
+  });
 }
 
 Support LocalResponseNorm::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -265,34 +290,43 @@ Support LocalResponseNormBackward::cpu(KernelCtx& ctx, std::span<const Tensor> i
   return Support::yes();
 }
 
-Support Dropout::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& x = in[0];
-  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void dropout(const Tensor& x, std::span<Tensor> out, const DropoutAttrs& a) {
   // Same draws as the reference: one seed, only when the mask is random.
   const bool random = a.training && a.p > 0.0 && a.p < 1.0;
   const uint64_t seed = random ? default_generator().next_u64() : 0;
   const float scale = float(!a.training ? 1.0 : (a.p < 1.0 ? 1.0 / (1.0 - a.p) : 0.0));
-  const float* px = x.data<float>();
-  float* py = out[0].data<float>();
-  float* pm = out[1].data<float>();
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
+  T* pm = out[1].data<T>();
   const int64_t n = x.numel();
   const double p = a.p;
   if (!random) {
     const float m = (a.p < 1.0 || !a.training) ? scale : 0.f;
 #pragma omp parallel for simd if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      pm[i] = m;
-      py[i] = px[i] * m;
+      pm[i] = store<T>(m);
+      py[i] = store<T>(load(px[i]) * m);
     }
-    return Support::yes();
+    return;
   }
 #pragma omp parallel for simd if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float m = dropout_keep(seed, i, p) ? scale : 0.f;
-    pm[i] = m;
-    py[i] = px[i] * m;
+    pm[i] = store<T>(m);
+    py[i] = store<T>(load(px[i]) * m);
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support Dropout::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const DType d = in[0].dtype();
+  if (out[0].dtype() != d || out[1].dtype() != d) return Support::no("y or mask differ from x in dtype");
+  return lowp::visit(d, [&]<class T>() {
+    dropout<T>(in[0], out, a);
+    return Support::yes();
+  });
 }
 
 }  // namespace reckon

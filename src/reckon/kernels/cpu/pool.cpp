@@ -1,10 +1,13 @@
-// Fast pooling kernels (f32), OpenMP over (n, c) planes. Windows are the reference's.
+// Fast pooling kernels (f32, bf16, f16), OpenMP over (n, c) planes. Windows are the reference's.
 //   max/avg forward: each output row is built tap by tap, so the innermost loop runs over a
 //     row of outputs and vectorises (stride-2 windows become gathers); every output still
 //     visits its taps in (kh, kw) order, so ties and NaNs resolve as in the reference.
 //   avg backward, adaptive forward and backward: separable, the row direction as contiguous
 //     vector adds, the short column windows apart.
 //   max backward: dy scattered by the saved indices.
+// bf16/f16 (kernels/cpu/lowp.h): values are loaded to f32 and every sum is built in f32 in the
+//   same order as for f32 (a per-thread f32 row or plane where the f32 kernel accumulates in
+//   its output), then rounded once: the f32 kernel's result rounded.
 // Not oneDNN: its max pooling returns a workspace rather than PyTorch's indices, and its
 // average pooling divides ceil-mode windows that run past the padded input differently.
 #include <omp.h>
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "reckon/kernels/cpu/lowp.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/pool.h"
 
@@ -49,11 +53,36 @@ AdaptiveWin adaptive_windows(KernelCtx& ctx, int64_t H, int64_t W, int64_t HO, i
   a.h0 = h0, a.h1 = h1, a.w0 = w0, a.w1 = w1;
   return a;
 }
-}  // namespace
 
-Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& x = in[0];
-  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+using lowp::load;
+using lowp::store;
+template <class T>
+constexpr bool kF32 = std::is_same_v<T, float>;
+// For bf16/f16: one f32 buffer of n floats per thread, for what the f32 kernel accumulates in
+// its output (none for f32).
+template <class T>
+float* f32_buffers(KernelCtx& ctx, int64_t n) {
+  if constexpr (kF32<T>) return nullptr;
+  else return ctx.scratch<float>(int64_t(omp_get_max_threads()) * n);
+}
+// Where n f32 results are accumulated: the output itself for f32, else the calling thread's
+// buffer.
+template <class T>
+float* f32_out(T* out, float* buffers, int64_t n) {
+  if constexpr (kF32<T>) return out;
+  else return buffers + int64_t(omp_get_thread_num()) * n;
+}
+// Rounds n accumulated f32 results into the output (nothing to do for f32).
+template <class T>
+void round_out(const float* acc, T* out, int64_t n) {
+  if constexpr (!kF32<T>) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(acc[i]);
+  }
+}
+
+template <class T>
+void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const PoolAttrs& a) {
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t HO = out[0].size(2), WO = out[0].size(3);
   const int64_t kh = a.kernel[0], kw = a.kernel[1], sh = a.stride[0], sw = a.stride[1];
@@ -66,9 +95,10 @@ Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
     while (w0 < 0) w0 += dw;
     wfirst[ow] = w0;
   }
-  const float* px = x.data<float>();
-  float* py = out[0].data<float>();
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
+  float* f32_rows = f32_buffers<T>(ctx, WO);
   const float ninf = -std::numeric_limits<float>::infinity();
   if (ph == 0 && pw == 0 && dh == 1 && dw == 1 && (HO - 1) * sh + kh <= H && (WO - 1) * sw + kw <= W) {
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2) {
@@ -76,68 +106,69 @@ Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
       // vectorises (stride-2 loads) instead of chaining one compare after another.
 #pragma omp parallel for schedule(static) if (planes * HO * WO > (1 << 16))
       for (int64_t p = 0; p < planes; ++p) {
-        const float* xp = px + p * H * W;
+        const T* xp = px + p * H * W;
         for (int64_t oh = 0; oh < HO; ++oh) {
-          const float* r0 = xp + 2 * oh * W;
-          const float* r1 = r0 + W;
+          const T* r0 = xp + 2 * oh * W;
+          const T* r1 = r0 + W;
           const int64_t b0 = 2 * oh * W, b1 = b0 + W;
-          float* yr = py + (p * HO + oh) * WO;
+          T* yr = py + (p * HO + oh) * WO;
           int64_t* ir = pi + (p * HO + oh) * WO;
 #pragma omp simd
           for (int64_t ow = 0; ow < WO; ++ow) {
-            float m = r0[2 * ow];
+            float m = load(r0[2 * ow]);
             int64_t bi = b0 + 2 * ow;
-            float v = r0[2 * ow + 1];
+            float v = load(r0[2 * ow + 1]);
             bool t = v > m || v != v;  // as PyTorch: first max wins, a NaN always takes the slot
             m = t ? v : m;
             bi = t ? b0 + 2 * ow + 1 : bi;
-            v = r1[2 * ow];
+            v = load(r1[2 * ow]);
             t = v > m || v != v;
             m = t ? v : m;
             bi = t ? b1 + 2 * ow : bi;
-            v = r1[2 * ow + 1];
+            v = load(r1[2 * ow + 1]);
             t = v > m || v != v;
             m = t ? v : m;
             bi = t ? b1 + 2 * ow + 1 : bi;
-            yr[ow] = m;
+            yr[ow] = store<T>(m);
             ir[ow] = bi;
           }
         }
       }
-      return Support::yes();
+      return;
     }
     // Every window lies inside the input (e.g. 3x3/2): one scalar pass per output, same
     // first-max / NaN-wins rule as the general loop below.
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 18))
     for (int64_t p = 0; p < planes; ++p) {
-      const float* xp = px + p * H * W;
-      float* yp = py + p * HO * WO;
+      const T* xp = px + p * H * W;
+      T* yp = py + p * HO * WO;
       int64_t* ip = pi + p * HO * WO;
       for (int64_t oh = 0; oh < HO; ++oh)
         for (int64_t ow = 0; ow < WO; ++ow) {
           int64_t best = oh * sh * W + ow * sw;
-          float m = xp[best];
+          float m = load(xp[best]);
           for (int64_t i = 0; i < kh; ++i) {
-            const float* xr = xp + (oh * sh + i) * W + ow * sw;
+            const T* xr = xp + (oh * sh + i) * W + ow * sw;
             for (int64_t j = 0; j < kw; ++j) {
-              float v = xr[j];
+              float v = load(xr[j]);
               // As PyTorch: a NaN always takes the slot. Unpredictable: ask for selects, not jumps.
               bool take = __builtin_expect_with_probability(v > m || v != v, 1, 0.5);
               m = take ? v : m;
               best = take ? (oh * sh + i) * W + ow * sw + j : best;
             }
           }
-          yp[oh * WO + ow] = m;
+          yp[oh * WO + ow] = store<T>(m);
           ip[oh * WO + ow] = best;
         }
     }
-    return Support::yes();
+    return;
   }
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
   for (int64_t p = 0; p < planes; ++p) {
-    const float* xp = px + p * H * W;
+    const T* xp = px + p * H * W;
     for (int64_t oh = 0; oh < HO; ++oh) {
-      float* yr = py + (p * HO + oh) * WO;
+      T* yo = py + (p * HO + oh) * WO;
+      float* yr = f32_out(yo, f32_rows, WO);
       int64_t* ir = pi + (p * HO + oh) * WO;
       int64_t h0 = oh * sh - ph;
       int64_t hf = h0;
@@ -149,54 +180,75 @@ Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
       for (int64_t i = 0; i < kh; ++i) {
         int64_t ih = h0 + i * dh;
         if (ih < 0 || ih >= H) continue;
-        const float* xr = xp + ih * W;
+        const T* xr = xp + ih * W;
         for (int64_t j = 0; j < kw; ++j) {
           int64_t off = j * dw - pw;
           Run r = valid_run(off, sw, W, WO);
           int64_t base = ih * W + off;
 #pragma omp simd
           for (int64_t ow = r.lo; ow < r.hi; ++ow) {
-            float v = xr[ow * sw + off];
+            float v = load(xr[ow * sw + off]);
             bool take = v > yr[ow] || v != v;
             yr[ow] = take ? v : yr[ow];
             ir[ow] = take ? base + ow * sw : ir[ow];
           }
         }
       }
+      round_out(yr, yo, WO);
     }
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("y's dtype differs from x's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    max_pool2d<T>(ctx, in[0], out, a);
+    return Support::yes();
+  });
 }
 
-Support MaxPool2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor &dy = in[0], &idx = in[1];
-  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
-  const int64_t planes = a.x_shape[0] * a.x_shape[1], HW = a.x_shape[2] * a.x_shape[3];
+namespace {
+template <class T>
+bool max_pool2d_backward(KernelCtx& ctx, const Tensor& dy, const Tensor& idx, Tensor& dx, const Shape& xs) {
+  const int64_t planes = xs[0] * xs[1], HW = xs[2] * xs[3];
   const int64_t per = dy.size(2) * dy.size(3);
   const int64_t* pi = idx.data<int64_t>();
-  const float* pdy = dy.data<float>();
-  float* pdx = out[0].data<float>();
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  float* f32_planes = f32_buffers<T>(ctx, HW);
   bool bad = false;  // an index outside the plane is skipped, then reported
 #pragma omp parallel for schedule(static) reduction(|| : bad) if (planes * HW > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
-    float* d = pdx + p * HW;
+    float* d = f32_out(pdx + p * HW, f32_planes, HW);
     std::fill_n(d, HW, 0.f);
     const int64_t* ip = pi + p * per;
-    const float* g = pdy + p * per;
+    const T* g = pdy + p * per;
     for (int64_t j = 0; j < per; ++j) {
-      if (uint64_t(ip[j]) < uint64_t(HW)) d[ip[j]] += g[j];
+      if (uint64_t(ip[j]) < uint64_t(HW)) d[ip[j]] += load(g[j]);
       else bad = true;
     }
+    round_out(d, pdx + p * HW, HW);
   }
-  RK_CHECK(!bad, "[max_pool2d_backward] an index is out of range for a plane of {} (x: {})", HW, shape_str(a.x_shape));
-  return Support::yes();
+  return !bad;
+}
+}  // namespace
+
+Support MaxPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("dx's dtype differs from dy's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    RK_CHECK(max_pool2d_backward<T>(ctx, in[0], in[1], out[0], a.x_shape),
+             "[max_pool2d_backward] an index is out of range for a plane of {} (x: {})", a.x_shape[2] * a.x_shape[3],
+             shape_str(a.x_shape));
+    return Support::yes();
+  });
 }
 
-Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& x = in[0];
-  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void avg_pool2d(KernelCtx& ctx, const Tensor& x, Tensor& y, const PoolAttrs& a) {
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t HO = out[0].size(2), WO = out[0].size(3);
+  const int64_t HO = y.size(2), WO = y.size(3);
   const int64_t kh = a.kernel[0], kw = a.kernel[1], sw = a.stride[1], pw = a.padding[1];
   // Column parts of the divisor: padded extent and taps inside the input.
   int64_t* col = ctx.scratch<int64_t>(2 * WO);
@@ -205,23 +257,28 @@ Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
     col[ow] = c.padded;
     col[WO + ow] = std::max<int64_t>(c.end - c.start, 0);
   }
-  const float* px = x.data<float>();
-  float* py = out[0].data<float>();
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  float* f32_rows = f32_buffers<T>(ctx, WO);
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
   for (int64_t p = 0; p < planes; ++p) {
-    const float* xp = px + p * H * W;
+    const T* xp = px + p * H * W;
     for (int64_t oh = 0; oh < HO; ++oh) {
-      float* yr = py + (p * HO + oh) * WO;
+      T* yo = py + (p * HO + oh) * WO;
+      float* yr = f32_out(yo, f32_rows, WO);
       AvgAxis r = avg_axis(oh, H, kh, a.stride[0], a.padding[0]);
       std::fill_n(yr, WO, 0.f);
-      if (r.start >= r.end) continue;
+      if (r.start >= r.end) {
+        round_out(yr, yo, WO);
+        continue;
+      }
       for (int64_t ih = r.start; ih < r.end; ++ih) {
-        const float* xr = xp + ih * W;
+        const T* xr = xp + ih * W;
         for (int64_t j = 0; j < kw; ++j) {
           int64_t off = j - pw;
           Run run = valid_run(off, sw, W, WO);
 #pragma omp simd
-          for (int64_t ow = run.lo; ow < run.hi; ++ow) yr[ow] += xr[ow * sw + off];
+          for (int64_t ow = run.lo; ow < run.hi; ++ow) yr[ow] += load(xr[ow * sw + off]);
         }
       }
       const int64_t rows = a.count_include_pad ? r.padded : r.end - r.start;
@@ -231,14 +288,23 @@ Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Ten
         int64_t d = rows * cdiv[ow];
         yr[ow] = col[WO + ow] > 0 ? yr[ow] / float(d) : 0.f;
       }
+      round_out(yr, yo, WO);
     }
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support AvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("y's dtype differs from x's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    avg_pool2d<T>(ctx, in[0], out[0], a);
+    return Support::yes();
+  });
 }
 
-Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& dy = in[0];
-  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const AvgPool2dBackward::Attrs& a) {
   const PoolAttrs& q = a.pool;
   const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
   const int64_t HO = dy.size(2), WO = dy.size(3);
@@ -252,8 +318,9 @@ Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
     col[ow] = c.padded;
     col[WO + ow] = std::max<int64_t>(c.end - c.start, 0);
   }
-  const float* pdy = dy.data<float>();
-  float* pdx = out[0].data<float>();
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  float* f32_planes = f32_buffers<T>(ctx, H * W);
   // dx[ih][iw] = sum over output rows oh whose window holds ih of t_oh[iw], where t_oh spreads
   // row oh's dy over its column windows: the strided scatter runs once per output row rather
   // than once per (output row, kernel row); the row sums are contiguous.
@@ -261,16 +328,16 @@ Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
   for (int64_t p = 0; p < planes; ++p) {
     float* g = tbuf + int64_t(omp_get_thread_num()) * (WO + W);
     float* t = g + WO;
-    float* dp = pdx + p * H * W;
+    float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
     for (int64_t oh = 0; oh < HO; ++oh) {
       AvgAxis r = avg_axis(oh, H, kh, q.stride[0], q.padding[0]);
       if (r.start >= r.end) continue;
-      const float* dyr = pdy + (p * HO + oh) * WO;
+      const T* dyr = pdy + (p * HO + oh) * WO;
       const int64_t rows = q.count_include_pad ? r.padded : r.end - r.start;
       const int64_t* cdiv = q.count_include_pad ? col : col + WO;
 #pragma omp simd
-      for (int64_t ow = 0; ow < WO; ++ow) g[ow] = col[WO + ow] > 0 ? dyr[ow] / float(rows * cdiv[ow]) : 0.f;
+      for (int64_t ow = 0; ow < WO; ++ow) g[ow] = col[WO + ow] > 0 ? load(dyr[ow]) / float(rows * cdiv[ow]) : 0.f;
       std::fill_n(t, W, 0.f);
       for (int64_t j = 0; j < kw; ++j) {
         int64_t off = j - pw;
@@ -285,29 +352,35 @@ Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
         for (int64_t iw = 0; iw < W; ++iw) dr[iw] += t[iw];
       }
     }
+    round_out(dp, pdx + p * H * W, H * W);
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support AvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("dx's dtype differs from dy's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    avg_pool2d_backward<T>(ctx, in[0], out[0], a);
+    return Support::yes();
+  });
 }
 
-Support AdaptiveAvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor& x = in[0];
-  if (x.dtype() != DType::f32) return Support::no("dtype is not f32");
+namespace {
+template <class T>
+void adaptive_avg_pool2d(KernelCtx& ctx, const Tensor& x, Tensor& y) {
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t HO = out[0].size(2), WO = out[0].size(3);
-  const float* px = x.data<float>();
-  float* py = out[0].data<float>();
+  const int64_t HO = y.size(2), WO = y.size(3);
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
   if (HO == 1 && WO == 1) {  // global average pool
     const int64_t HW = H * W;
     const float inv = 1.f / float(HW);
 #pragma omp parallel for schedule(static) if (planes * HW > (1 << 15))
     for (int64_t p = 0; p < planes; ++p) {
-      const float* xp = px + p * HW;
-      float s = 0.f;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < HW; ++i) s += xp[i];
-      py[p] = s * inv;
+      const T* xp = px + p * HW;
+      py[p] = store<T>(lowp::sum16(HW, [&](int64_t i) { return load(xp[i]); }) * inv);
     }
-    return Support::yes();
+    return;
   }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
@@ -317,40 +390,48 @@ Support AdaptiveAvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
     float* c = cbuf + int64_t(omp_get_thread_num()) * W;
-    const float* xp = px + p * H * W;
+    const T* xp = px + p * H * W;
     for (int64_t oh = 0; oh < HO; ++oh) {
       std::fill_n(c, W, 0.f);
       for (int64_t ih = win.h0[oh]; ih < win.h1[oh]; ++ih) {
-        const float* xr = xp + ih * W;
+        const T* xr = xp + ih * W;
 #pragma omp simd
-        for (int64_t iw = 0; iw < W; ++iw) c[iw] += xr[iw];
+        for (int64_t iw = 0; iw < W; ++iw) c[iw] += load(xr[iw]);
       }
-      float* yr = py + (p * HO + oh) * WO;
+      T* yr = py + (p * HO + oh) * WO;
       const int64_t rows = win.h1[oh] - win.h0[oh];
       for (int64_t ow = 0; ow < WO; ++ow) {
         float s = 0.f;
         for (int64_t iw = win.w0[ow]; iw < win.w1[ow]; ++iw) s += c[iw];
-        yr[ow] = s / float(rows * (win.w1[ow] - win.w0[ow]));
+        yr[ow] = store<T>(s / float(rows * (win.w1[ow] - win.w0[ow])));
       }
     }
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support AdaptiveAvgPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("y's dtype differs from x's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    adaptive_avg_pool2d<T>(ctx, in[0], out[0]);
+    return Support::yes();
+  });
 }
 
-Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
-                                       const Attrs& a) {
-  const Tensor& dy = in[0];
-  if (dy.dtype() != DType::f32) return Support::no("dtype is not f32");
-  const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
+namespace {
+template <class T>
+void adaptive_avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const Shape& xs) {
+  const int64_t planes = xs[0] * xs[1], H = xs[2], W = xs[3];
   const int64_t HO = dy.size(2), WO = dy.size(3);
-  const float* pdy = dy.data<float>();
-  float* pdx = out[0].data<float>();
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
   if (HO == 1 && WO == 1) {
     const int64_t HW = H * W;
 #pragma omp parallel for schedule(static) if (planes * HW > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) std::fill_n(pdx + p * HW, HW, pdy[p] / float(HW));
-    return Support::yes();
+    for (int64_t p = 0; p < planes; ++p) std::fill_n(pdx + p * HW, HW, store<T>(load(pdy[p]) / float(HW)));
+    return;
   }
+  float* f32_planes = f32_buffers<T>(ctx, H * W);
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
   float* tbuf = ctx.scratch<float>(int64_t(threads) * W);
@@ -359,14 +440,14 @@ Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> i
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
     float* t = tbuf + int64_t(omp_get_thread_num()) * W;
-    float* dp = pdx + p * H * W;
+    float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
     for (int64_t oh = 0; oh < HO; ++oh) {
-      const float* dyr = pdy + (p * HO + oh) * WO;
+      const T* dyr = pdy + (p * HO + oh) * WO;
       const int64_t rows = win.h1[oh] - win.h0[oh];
       std::fill_n(t, W, 0.f);
       for (int64_t ow = 0; ow < WO; ++ow) {
-        const float g = dyr[ow] / float(rows * (win.w1[ow] - win.w0[ow]));
+        const float g = load(dyr[ow]) / float(rows * (win.w1[ow] - win.w0[ow]));
         for (int64_t iw = win.w0[ow]; iw < win.w1[ow]; ++iw) t[iw] += g;
       }
       for (int64_t ih = win.h0[oh]; ih < win.h1[oh]; ++ih) {
@@ -375,8 +456,18 @@ Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> i
         for (int64_t iw = 0; iw < W; ++iw) dr[iw] += t[iw];
       }
     }
+    round_out(dp, pdx + p * H * W, H * W);
   }
-  return Support::yes();
+}
+}  // namespace
+
+Support AdaptiveAvgPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
+                                       const Attrs& a) {
+  if (out[0].dtype() != in[0].dtype()) return Support::no("dx's dtype differs from dy's");
+  return lowp::visit(in[0].dtype(), [&]<class T>() {
+    adaptive_avg_pool2d_backward<T>(ctx, in[0], out[0], a.x_shape);
+    return Support::yes();
+  });
 }
 
 }  // namespace reckon

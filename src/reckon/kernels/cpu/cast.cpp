@@ -1,0 +1,62 @@
+// Fast cast (dtype conversion), the copies autocast makes of weights, inputs and gradients:
+// between f32, bf16 and f16 (load to f32, round to nearest even on store: kernels/cpu/lowp.h;
+// bf16 <-> f16 goes through f32, exactly as the reference), f32 <-> f64, and a copy when the
+// dtypes are equal. Vectorised loops, split across threads with OpenMP for large tensors.
+// Other pairs (integers, f64 <-> bf16/f16) are declined to the reference kernel.
+#include <cstring>
+
+#include "reckon/kernels/cpu/lowp.h"
+#include "reckon/ops/dispatch.h"
+#include "reckon/ops/shape_ops.h"
+
+namespace reckon {
+
+namespace {
+constexpr int64_t kParallelMin = 1 << 15;
+
+template <class S, class D>
+void convert(const S* src, D* dst, int64_t n) {
+#pragma omp parallel for simd if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = lowp::store<D>(lowp::load(src[i]));
+}
+bool is_f32_or_lowp(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
+}  // namespace
+
+Support Cast::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const DType s = x.dtype(), d = y.dtype();
+  const int64_t n = x.numel();
+  if (s == d) {
+    const auto* src = static_cast<const char*>(x.raw_data());
+    auto* dst = static_cast<char*>(y.raw_data());
+    const int64_t bytes = x.nbytes();
+    constexpr int64_t kChunk = 1 << 20;
+#pragma omp parallel for schedule(static) if (bytes > 8 * kChunk)
+    for (int64_t o = 0; o < bytes; o += kChunk) std::memcpy(dst + o, src + o, size_t(std::min(kChunk, bytes - o)));
+    return Support::yes();
+  }
+  if (s == DType::f32 && d == DType::f64) {
+    const float* src = x.data<float>();
+    double* dst = y.data<double>();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) dst[i] = double(src[i]);
+    return Support::yes();
+  }
+  if (s == DType::f64 && d == DType::f32) {
+    const double* src = x.data<double>();
+    float* dst = y.data<float>();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
+    return Support::yes();
+  }
+  if (!is_f32_or_lowp(s) || !is_f32_or_lowp(d)) return Support::no("cast is not between f32, f64, bf16 and f16");
+  return lowp::visit(s, [&]<class S>() {
+    return lowp::visit(d, [&]<class D>() {
+      convert<S, D>(x.data<S>(), y.data<D>(), n);
+      return Support::yes();
+    });
+  });
+}
+
+}  // namespace reckon

@@ -1,0 +1,65 @@
+#include "reckon/train/step.h"
+
+#include "reckon/nn/module.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/op.h"
+#include "reckon/optim/grad_scaler.h"
+#include "reckon/optim/optim.h"
+
+namespace reckon::train {
+
+Step::Step(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, StepConfig cfg)
+    : model_(model), opt_(opt), scaler_(scaler), cfg_(cfg) {
+  RK_CHECK(cfg.precision == DType::f32 || cfg.precision == DType::bf16 || cfg.precision == DType::f16,
+           "[train] precision must be fp32, bf16 or fp16, not {}", dtype_name(cfg.precision));
+}
+
+void Step::begin(int64_t window_samples) {
+  RK_CHECK(window_samples >= 1, "[train] a step needs at least one sample, got {}", window_samples);
+  window_ = window_samples;
+  seen_ = 0;
+  opt_.zero_grad();
+}
+
+MicroResult Step::micro(const Tensor& x, const Tensor& y) {
+  const int64_t n = y.numel();
+  RK_CHECK(window_ > 0 && seen_ + n <= window_, "[train] micro-batch of {} overflows the window ({} of {} seen)", n,
+           seen_, window_);
+  seen_ += n;
+  MicroResult r;
+  Tensor loss;
+  phase(StepPhase::forward);
+  {
+    Autocast ac(cfg_.precision);
+    Tensor logits = model_(x);
+    ScopeGuard scope("(loss)");
+    Tensor ce = cross_entropy(logits, y, {.label_smoothing = cfg_.label_smoothing});
+    if (!ce.is_meta()) r.loss = ce.item();
+    loss = n == window_ ? ce : scale(ce, double(n) / double(window_));
+    if (scaler_) loss = scaler_->scale(loss);
+    r.logits = logits.detach();
+  }
+  phase(StepPhase::backward);
+  loss.backward();
+  return r;
+}
+
+bool Step::finish() {
+  RK_CHECK(seen_ == window_, "[train] the window holds {} samples but {} were run", window_, seen_);
+  phase(StepPhase::optimizer);
+  bool stepped = true;
+  {
+    ScopeGuard scope("(optimizer)");
+    if (scaler_) {
+      stepped = scaler_->step(opt_);
+      scaler_->update();
+    } else {
+      opt_.step();
+    }
+  }
+  phase(StepPhase::done);
+  window_ = seen_ = 0;
+  return stepped;
+}
+
+}  // namespace reckon::train
