@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "reckon/nn/init.h"
+#include "reckon/ops/node.h"
+#include "reckon/ops/op.h"
 
 namespace reckon::nn {
 
@@ -40,9 +42,31 @@ ModulePtr Sequential::operator[](size_t i) const {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const auto& kids = named_children();
   Tensor y = x;
-  for (const auto& [n, m] : named_children()) y = (*m)(y);
+  size_t begin = 0;
+  if (!segment_ends_.empty() && grad_enabled() && !recomputing()) {
+    for (size_t end : segment_ends_) {
+      std::vector<Module*> mods;
+      for (size_t i = begin; i < end; ++i) mods.push_back(kids[i].second.get());
+      auto run = [this, begin, end](const Tensor& in) {
+        Tensor t = in;
+        for (size_t i = begin; i < end; ++i) t = (*named_children()[i].second)(t);
+        return t;
+      };
+      y = checkpointed(mods, run, y);
+      begin = end;
+    }
+  }
+  for (size_t i = begin; i < kids.size(); ++i) y = (*kids[i].second)(y);
   return y;
+}
+
+void Sequential::set_recompute_segments(std::vector<size_t> ends) {
+  for (size_t i = 0; i < ends.size(); ++i)
+    RK_CHECK(ends[i] >= 1 && ends[i] <= size() && (i == 0 || ends[i] > ends[i - 1]),
+             "[Sequential] recompute segment end {} (#{}) must be increasing and in [1, {}]", ends[i], i, size());
+  segment_ends_ = std::move(ends);
 }
 
 // ---- Conv2d ----
@@ -129,6 +153,9 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, Devi
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   bool training = is_training();
+  // A forward run again in backward (autograd/checkpoint.h) already updated the running
+  // statistics the first time: it normalises with the batch statistics and updates nothing.
+  if (training && recomputing()) return batch_norm2d(x, weight, bias, Tensor(), Tensor(), true, momentum, eps);
   if (training && !num_batches_tracked.is_meta())
     num_batches_tracked.set(0, num_batches_tracked.get(0) + 1.0);
   return batch_norm2d(x, weight, bias, running_mean, running_var, training, momentum, eps);

@@ -33,6 +33,16 @@ class Sequential : public Module {
   size_t size() const { return named_children().size(); }
   ModulePtr operator[](size_t i) const;
   Tensor forward(const Tensor& x) override;
+
+  // Recomputation by segments (nn::enable_recompute sets them): with ends {e0, e1, ...},
+  // children [0, e0), [e0, e1), ... each run as one recomputed block (Module::operator()'s
+  // rule: grad enabled, something requiring grad); children from the last end on run plainly.
+  // requires: ends strictly increasing, each in [1, size()]. Empty: no segments.
+  void set_recompute_segments(std::vector<size_t> ends);
+  const std::vector<size_t>& recompute_segments() const { return segment_ends_; }
+
+ private:
+  std::vector<size_t> segment_ends_;
 };
 
 struct Conv2dOptions {

@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "reckon/autograd/checkpoint.h"
+#include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
 
 namespace reckon::nn {
@@ -49,7 +51,35 @@ Module::Module(std::string type_name, Device device)
 
 Tensor Module::operator()(const Tensor& x) {
   ScopeGuard scope(name_);
+  if (recompute_ && grad_enabled() && !recomputing())
+    return checkpointed({this}, [this](const Tensor& in) { return forward(in); }, x);
   return forward(x);
+}
+
+Tensor Module::checkpointed(const std::vector<Module*>& modules, std::function<Tensor(const Tensor&)> fn,
+                            const Tensor& x) {
+  std::vector<Tensor> params;
+  // Training modes as the forward sees them, set again for the rerun if changed since.
+  auto modes = std::make_shared<std::vector<std::pair<Module*, bool>>>();
+  for (Module* m : modules) {
+    for (auto& [n, p] : m->named_parameters()) params.push_back(p);
+    for (auto& [n, d] : m->named_modules()) modes->emplace_back(d, d->training_);
+  }
+  BlockFn block = [fn = std::move(fn), modes](const Tensor& in) {
+    struct Modes {
+      std::vector<std::pair<Module*, bool>> prev;
+      ~Modes() {
+        for (auto& [m, on] : prev) m->training_ = on;
+      }
+    } restore;
+    for (auto& [m, on] : *modes)
+      if (m->training_ != on) {
+        restore.prev.emplace_back(m, m->training_);
+        m->training_ = on;
+      }
+    return fn(in);
+  };
+  return checkpoint(std::move(block), x, params);
 }
 
 void Module::check_new_name(const std::string& name) const {

@@ -4,6 +4,7 @@
 // allocates its parameters there: shapes and accounts with no data, which is how the ledger
 // runs a model dry. This is not a graph capture: forward() is plain C++ calling ops.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -53,9 +54,17 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   // Runs forward(x) inside a ScopeGuard with this module's name, so the ops it calls record
-  // the module path ("features.0") as their scope.
+  // the module path ("features.0") as their scope. With recompute() on, grad enabled and x or
+  // one of the module's parameters requiring grad, forward runs through checkpoint()
+  // (autograd/checkpoint.h): nothing inside is saved for backward, and backward runs forward
+  // again (in the training modes the modules had at the forward) before its own backward.
   Tensor operator()(const Tensor& x);
   virtual Tensor forward(const Tensor& x) = 0;
+
+  // Recomputation of this module as one block (not recursive; nn::enable_recompute in
+  // nn/recompute.h picks the blocks of a model). Changes no parameter or buffer.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
 
   // ---- the tree ----
   const std::string& name() const { return name_; }   // as the parent knows it; "" at the root
@@ -117,6 +126,11 @@ class Module {
     return m;
   }
   void attach(const std::string& name, std::shared_ptr<Module> m);
+  // fn(x) as one recomputed block made of `modules` (run inside the caller's scope): their
+  // parameters decide whether a node is needed, and their (and their descendants') training
+  // modes at this call are set again while backward reruns fn.
+  static Tensor checkpointed(const std::vector<Module*>& modules, std::function<Tensor(const Tensor&)> fn,
+                             const Tensor& x);
 
  private:
   void check_new_name(const std::string& name) const;
@@ -128,6 +142,7 @@ class Module {
   std::string name_;
   Device device_;
   bool training_ = true;
+  bool recompute_ = false;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
