@@ -3,7 +3,7 @@
 
     python3 bench/train_vs_pytorch.py [--reckon build/reckon] [--threads 2] [--repeats 3]
                                       [--cases lenet5:64,resnet18_cifar:128] [--modes train,inference]
-                                      [--json results.json]
+                                      [--precisions fp32,bf16] [--json results.json]
 
 For each case (model, batch) and mode (train: forward, cross entropy, backward, SGD with
 momentum; inference: eval-mode forward under no-grad) it runs, in fresh processes each time,
@@ -11,10 +11,14 @@ momentum; inference: eval-mode forward under no-grad) it runs, in fresh processe
   PyTorch: this script's own worker (`--worker`), the same model from scripts/torch_models.py in
            channels_last, torch.set_num_threads(T), in an environment with OPENBLAS_CORETYPE
            unset and OPENBLAS_NUM_THREADS=1 (that subprocess only),
-both on one fixed random batch of the model's default input (data loading is not timed), with
+both on one fixed random batch of the model's default input (data loading is not timed), in
+each precision asked for (bf16/fp16: reckon's autocast, `--precision`; PyTorch's
+torch.autocast("cpu", dtype), with a GradScaler for fp16 in both), with
 a few untimed warm-up steps, and reports the median images/s over the repeats, the ratio
-reckon / PyTorch, and each process's peak resident memory (getrusage ru_maxrss; PyTorch's
-includes its ~300 MiB of libraries). Not a test: nothing here fails on a slow result.
+reckon / PyTorch, each process's peak resident memory (getrusage ru_maxrss; PyTorch's
+includes its ~300 MiB of libraries) and reckon's peak tracked memory (its allocator's tensors:
+parameters, gradients, optimizer state, activations, workspace). Not a test: nothing here
+fails on a slow result.
 """
 import argparse
 import json
@@ -57,6 +61,8 @@ def worker(args):
         net = net.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler("cpu") if args.precision == "fp16" else None
     times = []
     if args.inference:
         net.eval()
@@ -65,14 +71,20 @@ def worker(args):
     for s in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         if args.inference:
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", dtype=low, enabled=low is not None):
                 out = net(x)
             last = float(out[0, 0])
         else:
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
+            with torch.autocast("cpu", dtype=low, enabled=low is not None):
+                loss = F.cross_entropy(net(x), y)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
             last = float(loss)
         dt = time.perf_counter() - t0
         if s >= args.warmup:
@@ -82,6 +94,7 @@ def worker(args):
         "framework": "pytorch", "torch": torch.__version__, "memory_format": args.torch_format,
         "model": args.model, "batch": args.batch,
         "mode": "inference" if args.inference else "train", "steps": args.steps, "threads": torch.get_num_threads(),
+        "precision": args.precision,
         "seconds": total, "images_per_s": args.batch * args.steps / total,
         "median_step_ms": 1e3 * statistics.median(times),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "last_value": last,
@@ -105,6 +118,7 @@ def main():
     ap.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count")
     ap.add_argument("--torch-format", default="channels_last", choices=["channels_last", "contiguous"],
                     help="PyTorch's memory format for the model and input")
+    ap.add_argument("--precisions", default="fp32", help="comma list of fp32, bf16, fp16")
     ap.add_argument("--json", default=None, help="also write the results here")
     # worker mode
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -113,6 +127,7 @@ def main():
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--warmup", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--inference", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
@@ -129,42 +144,47 @@ def main():
     torch_env["OPENBLAS_NUM_THREADS"] = "1"
 
     results = []
-    for model, batch in cases:
-        for mode in modes:
-            steps = max(1, int(round(STEPS.get((model, mode), 10) * args.steps_scale)))
-            warm = WARMUP.get(model, 2)
-            flag = ["--inference"] if mode == "inference" else []
-            rk, pt = [], []
-            for _ in range(args.repeats):
-                rk.append(run_json([args.reckon, "bench-train", model, "--batch", str(batch), "--steps", str(steps),
-                                    "--warmup", str(warm), "--threads", str(args.threads), *flag]))
-                pt.append(run_json([sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
-                                    "--batch", str(batch), "--steps", str(steps), "--warmup", str(warm),
-                                    "--threads", str(args.threads), "--torch-format", args.torch_format, *flag],
-                                   env=torch_env))
-            row = {
-                "model": model, "batch": batch, "mode": mode, "steps": steps, "threads": args.threads,
-                "reckon_images_per_s": statistics.median(r["images_per_s"] for r in rk),
-                "pytorch_images_per_s": statistics.median(r["images_per_s"] for r in pt),
-                "reckon_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in rk),
-                "pytorch_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in pt),
-                "reckon_runs": [r["images_per_s"] for r in rk], "pytorch_runs": [r["images_per_s"] for r in pt],
-            }
-            row["ratio"] = row["reckon_images_per_s"] / row["pytorch_images_per_s"]
-            results.append(row)
-            print(f"  {model} batch {batch} {mode}: reckon {row['reckon_images_per_s']:.0f} img/s, "
-                  f"pytorch {row['pytorch_images_per_s']:.0f} img/s", file=sys.stderr, flush=True)
+    for model, batch, mode, prec in [(m, b, mo, p) for m, b in cases for mo in modes
+                                     for p in args.precisions.split(",")]:
+        steps = max(1, int(round(STEPS.get((model, mode), 10) * args.steps_scale)))
+        warm = WARMUP.get(model, 2)
+        flag = ["--inference"] if mode == "inference" else []
+        rk, pt = [], []
+        for _ in range(args.repeats):
+            rk.append(run_json([args.reckon, "bench-train", model, "--batch", str(batch), "--steps", str(steps),
+                                "--warmup", str(warm), "--threads", str(args.threads), "--precision", prec,
+                                *flag]))
+            pt.append(run_json([sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
+                                "--batch", str(batch), "--steps", str(steps), "--warmup", str(warm),
+                                "--threads", str(args.threads), "--torch-format", args.torch_format,
+                                "--precision", prec, *flag],
+                               env=torch_env))
+        row = {
+            "model": model, "batch": batch, "mode": mode, "precision": prec, "steps": steps,
+            "threads": args.threads,
+            "reckon_peak_tracked_mib": statistics.median(r["peak_tracked_mib"] for r in rk),
+            "reckon_images_per_s": statistics.median(r["images_per_s"] for r in rk),
+            "pytorch_images_per_s": statistics.median(r["images_per_s"] for r in pt),
+            "reckon_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in rk),
+            "pytorch_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in pt),
+            "reckon_runs": [r["images_per_s"] for r in rk], "pytorch_runs": [r["images_per_s"] for r in pt],
+        }
+        row["ratio"] = row["reckon_images_per_s"] / row["pytorch_images_per_s"]
+        results.append(row)
+        print(f"  {model} batch {batch} {mode} {prec}: reckon {row['reckon_images_per_s']:.0f} img/s, "
+              f"pytorch {row['pytorch_images_per_s']:.0f} img/s", file=sys.stderr, flush=True)
 
     print(f"\n{args.threads} threads, PyTorch {args.torch_format}, median of {args.repeats} runs each "
           f"(images/s; peak RSS in MiB)\n")
-    hdr = f"| {'model':<15} | {'batch':>5} | {'mode':<9} | {'reckon img/s':>12} | {'pytorch img/s':>13} | " \
-          f"{'ratio':>5} | {'reckon RSS':>10} | {'pytorch RSS':>11} |"
+    hdr = f"| {'model':<15} | {'batch':>5} | {'mode':<9} | {'prec':<4} | {'reckon img/s':>12} | " \
+          f"{'pytorch img/s':>13} | {'ratio':>5} | {'reckon RSS':>10} | {'pytorch RSS':>11} | {'reckon tracked':>14} |"
     print(hdr)
     print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
     for r in results:
-        print(f"| {r['model']:<15} | {r['batch']:>5} | {r['mode']:<9} | {r['reckon_images_per_s']:>12.0f} | "
-              f"{r['pytorch_images_per_s']:>13.0f} | {r['ratio']:>5.2f} | {r['reckon_peak_rss_mib']:>10.0f} | "
-              f"{r['pytorch_peak_rss_mib']:>11.0f} |")
+        print(f"| {r['model']:<15} | {r['batch']:>5} | {r['mode']:<9} | {r['precision']:<4} | "
+              f"{r['reckon_images_per_s']:>12.0f} | {r['pytorch_images_per_s']:>13.0f} | {r['ratio']:>5.2f} | "
+              f"{r['reckon_peak_rss_mib']:>10.0f} | {r['pytorch_peak_rss_mib']:>11.0f} | "
+              f"{r['reckon_peak_tracked_mib']:>14.0f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -28,6 +28,7 @@
 
 #include "reckon/io/checkpoint.h"
 #include "reckon/io/safetensors.h"
+#include "reckon/ledger/ledger.h"
 #include "reckon/train/trainer.h"
 
 using namespace reckon;
@@ -546,5 +547,109 @@ TEST(TrainCli, BadCheckpoints) {
   expect_one_line_error({"train", "tinycnn", "--resume", "--out", run.string()}, d, {good.string(), "'lenet5'"});
   write_file(good, bytes.substr(0, 200));
   expect_one_line_error({"train", "lenet5", "--resume", "--out", run.string()}, d, {good.string()});
+  fs::remove_all(d);
+}
+
+// ---- mixed precision, accumulation, recomputation, a memory budget ----
+
+// The check: bf16 reaches the fp32 accuracy within half a point, same seed and epochs.
+TEST(TrainRecipe, LeNet5Bf16WithinHalfAPointOfFp32) {
+  ASSERT_TRUE(fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz"));
+  fs::path d = test_dir("bf16_recipe");
+  double acc[2] = {0, 0};
+  const char* precisions[2] = {"fp32", "bf16"};
+  for (int i = 0; i < 2; ++i) {
+    train::TrainConfig c;  // the README's recipe: lenet5, 5 epochs, seed 0
+    c.threads = 1;
+    c.precision = precisions[i];
+    c.out = (d / precisions[i]).string();
+    c.verbose = 0;
+    train::TrainResult r = train::train(c);
+    acc[i] = r.final_eval.accuracy;
+    std::cout << precisions[i] << ": test accuracy " << 100 * acc[i] << "%\n";
+  }
+  EXPECT_GE(acc[0], 0.88);
+  EXPECT_LE(std::abs(acc[1] - acc[0]), 0.005) << "fp32 " << acc[0] << " bf16 " << acc[1];
+  fs::remove_all(d);
+}
+
+// fp16 with the loss scaler, accumulation with a short last window, and recomputation, stopped
+// and resumed: the same curve, weights, scaler state and metrics as a run that never stopped.
+TEST(Trainer, Fp16AccumulationRecomputeResumeGivesTheIdenticalCurve) {
+  fs::path d = test_dir("amp_resume");
+  auto config = [&](const std::string& name) {
+    train::TrainConfig c;
+    c.model = "tinycnn";
+    c.data = "synthetic:1x28x28:640:10";  // 10 micro-batches of 64: windows of 3, 3, 3, 1
+    c.epochs = 2;
+    c.batch = 64;
+    c.accum = 3;
+    c.precision = "fp16";
+    c.recompute = true;
+    c.lr = 0.02;
+    c.threads = 1;
+    c.log_every = 1;
+    c.out = (d / name).string();
+    c.verbose = 0;
+    return c;
+  };
+  train::TrainResult a = train::train(config("a"));
+  ASSERT_EQ(a.losses.size(), 8u) << "4 optimizer steps per epoch";
+  EXPECT_GT(a.loss_scale, 0.0) << "fp16 turns the scaler on";
+  for (float l : a.losses) EXPECT_TRUE(std::isfinite(l));
+  auto cb = config("b");
+  cb.stop_after = 3;
+  train::TrainResult b1 = train::train(cb);
+  EXPECT_TRUE(b1.stopped);
+  cb.stop_after = 0;
+  cb.resume = true;
+  cb.accum = 1;  // ignored on resume: the checkpoint's settings rule
+  cb.precision = "fp32";
+  train::TrainResult b2 = train::train(cb);
+  EXPECT_EQ(b2.first_step, 3);
+  expect_same_losses(a.losses, 3, b2.losses);
+  EXPECT_EQ(b2.loss_scale, a.loss_scale);
+  expect_same_tensors(d / "a" / "last.safetensors", d / "b" / "last.safetensors");
+  EXPECT_EQ(metrics_numbers(d / "a" / "metrics.csv"), metrics_numbers(d / "b" / "metrics.csv"));
+  EXPECT_NE(read_file(d / "a" / "metrics.csv").find("loss_scale"), std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, MaxMemoryPlansTheRunOrRefusesItWithTheLadder) {
+  fs::path d = test_dir("cli_budget");
+  const std::vector<std::string> base = {"train", "tinycnn", "--data", "synthetic:1x28x28:512:10", "--epochs", "1",
+                                         "--batch", "256", "--threads", "1"};
+  // The step as asked (fp32, batch 256) and a budget below it.
+  LedgerConfig lc;
+  lc.batch = 256;
+  const int64_t full = ledger("tinycnn", lc).memory.peak_bytes;
+  auto args = base;
+  for (const std::string& a : std::vector<std::string>{"--max-memory", std::to_string(full * 6 / 10), "--out", (d / "fit").string()})
+    args.push_back(a);
+  CliResult fit = run_cli(args, d);
+  ASSERT_EQ(fit.exit_code, 0) << fit.out << fit.err;
+  EXPECT_NE(fit.out.find("recommended"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("final test accuracy"), std::string::npos) << fit.out;
+  // The plan it applied keeps the effective batch of 256.
+  EXPECT_NE(fit.out.find("= effective batch 256"), std::string::npos) << fit.out;
+
+  args = base;
+  for (const std::string& a : std::vector<std::string>{"--max-memory", "64KiB", "--out", (d / "nofit").string()})
+    args.push_back(a);
+  CliResult no = run_cli(args, d);
+  EXPECT_EQ(no.exit_code, 1);
+  EXPECT_NE(no.err.find("cannot fit"), std::string::npos) << no.err;
+  EXPECT_GE(std::count(no.err.begin(), no.err.end(), '\n'), 4) << "the ladder, one rung per line:\n" << no.err;
+  EXPECT_FALSE(fs::exists(d / "nofit" / "last.safetensors")) << "it stops before it starts";
+
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--max-memory", "lots", "--out",
+                         (d / "r").string()},
+                        d, {"--max-memory", "lots"});
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--precision", "fp8", "--out",
+                         (d / "r").string()},
+                        d, {"--precision", "fp8"});
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--accum", "0", "--out",
+                         (d / "r").string()},
+                        d, {"--accum"});
   fs::remove_all(d);
 }

@@ -15,7 +15,10 @@
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
+#include "reckon/ops/autocast.h"
+#include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
+#include "reckon/train/step.h"
 
 using namespace reckon;
 
@@ -30,6 +33,7 @@ struct BenchArgs {
   int64_t size = 0;  // input H = W (0: the model's default)
   bool inference = false;
   uint64_t seed = 0;
+  std::string precision = "fp32";
 };
 
 double peak_rss_mib() {
@@ -57,6 +61,10 @@ int cmd_bench_train(const BenchArgs& a) {
     for (int64_t i = 0; i < a.batch; ++i) y.set(i, double(i % classes));
   }
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  const DType precision = precision_dtype(a.precision);
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
+  train::Step step(*model, opt, scaler.get(), {.precision = precision});  // what `reckon train` runs
   std::vector<double> step_s;
   double loss_v = 0;
   if (a.inference) model->eval(); else model->train();
@@ -64,14 +72,13 @@ int cmd_bench_train(const BenchArgs& a) {
     auto t0 = std::chrono::steady_clock::now();
     if (a.inference) {
       NoGrad ng;
+      Autocast ac(precision);
       Tensor out = (*model)(x);
       loss_v = out.get(0);
     } else {
-      opt.zero_grad();
-      Tensor loss = cross_entropy((*model)(x), y);
-      loss.backward();
-      opt.step();
-      loss_v = loss.item();
+      step.begin(a.batch);
+      loss_v = step.micro(x, y).loss;
+      step.finish();
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= a.warmup) step_s.push_back(dt);
@@ -85,6 +92,7 @@ int cmd_bench_train(const BenchArgs& a) {
   nlohmann::json j{{"framework", "reckon"},
                    {"model", a.model},
                    {"mode", a.inference ? "inference" : "train"},
+                   {"precision", a.precision},
                    {"batch", a.batch},
                    {"input", in},
                    {"steps", a.steps},
@@ -109,6 +117,7 @@ tools::RegisterCommand reg_bench_train([](CLI::App& app, CLI::App*& sub) -> tool
   sub->add_option("--threads", a.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
   sub->add_option("--size", a.size, "input height = width (0: the model's default)")->capture_default_str();
   sub->add_option("--seed", a.seed, "random seed")->capture_default_str();
+  sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast)")->capture_default_str();
   sub->add_flag("--inference", a.inference, "time eval-mode forward passes under no-grad instead");
   return [] { return cmd_bench_train(a); };
 });

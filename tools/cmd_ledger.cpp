@@ -19,6 +19,9 @@ struct LedgerArgs {
   std::string input;
   int64_t classes = 0;
   std::string precision = "fp32";
+  int64_t accum = 1;
+  bool recompute = false;
+  std::string grad_scaler = "auto";
   std::string optimizer = "sgd";
   double momentum = 0.9;
   std::string device = "cpu";
@@ -60,6 +63,9 @@ int run(const LedgerArgs& a) {
   if (!a.input.empty()) cfg.input = parse_input(a.input);
   cfg.num_classes = a.classes;
   cfg.precision = a.precision;
+  cfg.accum = a.accum;
+  cfg.recompute = a.recompute;
+  cfg.grad_scaler = a.grad_scaler;
   cfg.optimizer = a.optimizer;
   cfg.momentum = a.momentum;
   cfg.device = a.device;
@@ -81,10 +87,14 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   static LedgerArgs a;
   sub = app.add_subcommand("ledger", "what one training step costs: memory by tag, MACs per layer, time per device");
   sub->add_option("model", a.model, "zoo model name (reckon models lists them)")->required();
-  sub->add_option("--batch", a.batch, "images per step")->required();
+  sub->add_option("--batch", a.batch, "images per micro-batch (per step without --accum)")->required();
   sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
   sub->add_option("--classes", a.classes, "number of classes (default: the model's)");
-  sub->add_option("--precision", a.precision, "fp32 (bf16 comes with autocast)")->capture_default_str();
+  sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast, f32 master weights)")
+      ->capture_default_str();
+  sub->add_option("--accum", a.accum, "micro-batches per optimizer step (gradient accumulation)")->capture_default_str();
+  sub->add_flag("--recompute", a.recompute, "recompute each block's activations in backward");
+  sub->add_option("--grad-scaler", a.grad_scaler, "loss scaling: auto (fp16 only) | on | off")->capture_default_str();
   sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();
   sub->add_option("--device", a.device, "cpu, a100, a100-80gb, h100, h200, l4, rtx4090")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "reckon/ledger/ledger.h"
 #include "reckon/train/trainer.h"
 
 using namespace reckon;
@@ -24,6 +25,7 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
   static train::TrainConfig c;
   static bool no_progress = false, progress = false, quiet = false;
   static bool out_given = false;
+  static std::string max_memory;
   sub = app.add_subcommand("train", "train a zoo model on a dataset (checkpoints, metrics, TensorBoard events)");
   sub->add_option("model", c.model, "zoo model name (reckon models)")->required();
   sub->add_option("--data", c.data,
@@ -42,6 +44,16 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
       ->capture_default_str();
   sub->add_option("--gamma", c.gamma, "step schedule: lr factor at each drop")->capture_default_str();
   sub->add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
+  sub->add_option("--precision", c.precision, "fp32 | bf16 | fp16 (mixed precision: autocast, f32 master weights)")
+      ->capture_default_str();
+  sub->add_option("--accum", c.accum, "gradient accumulation: optimizer step every K micro-batches of --batch")
+      ->capture_default_str();
+  sub->add_flag("--recompute", c.recompute, "recompute each block's activations in backward (saves memory)");
+  sub->add_option("--grad-scaler", c.grad_scaler, "dynamic loss scaling: auto (fp16 only) | on | off")
+      ->capture_default_str();
+  sub->add_option("--max-memory", max_memory,
+                  "memory budget (e.g. 4GiB, 512MiB): plan micro-batch, accumulation, precision and recomputation "
+                  "for the effective batch --batch x --accum; refuse a run that cannot fit");
   sub->add_option("--seed", c.seed, "random seed (initialisation, shuffling, augmentation, dropout)")
       ->capture_default_str();
   sub->add_option("--threads", c.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
@@ -71,12 +83,14 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
       std::string ignored;
       for (const char* o : {"--data", "--epochs", "--batch", "--lr", "--optimizer", "--momentum", "--nesterov",
                             "--weight-decay", "--schedule", "--warmup", "--step-epochs", "--gamma", "--label-smoothing",
-                            "--seed", "--normalize", "--augment", "--drop-last"})
+                            "--seed", "--normalize", "--augment", "--drop-last", "--precision", "--accum",
+                            "--recompute", "--grad-scaler", "--max-memory"})
         if (self->count(o) > 0) ignored += std::string(ignored.empty() ? "" : ", ") + o;
       if (!ignored.empty())
         std::fprintf(stderr, "reckon train: --resume takes its settings from the checkpoint; ignoring %s\n",
                      ignored.c_str());
     }
+    if (!max_memory.empty()) c.max_memory = parse_bytes(max_memory, "--max-memory");
     c.progress = no_progress ? 0 : progress ? 1 : -1;
     c.verbose = quiet ? 0 : 1;
     g_stop = false;

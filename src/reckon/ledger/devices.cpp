@@ -120,10 +120,12 @@ std::optional<DeviceSpec> read_cache() {
     d.source = "calibrated " + e.at("calibrated_at").get<std::string>() + " (cached in " + device_cache_path() + ")";
     d.calibrated = true;
     d.fp32_flops = e.at("fp32_gflops").get<double>() * kG;
+    d.bf16_flops = e.at("bf16_gflops").get<double>() * kG;  // absent in older caches: calibrate again
+    d.fp16_flops = d.fp32_flops;
     d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.memory_bytes = physical_memory_bytes();
-    if (d.fp32_flops <= 0 || d.bandwidth_bytes <= 0) return std::nullopt;
+    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.bandwidth_bytes <= 0) return std::nullopt;
     return d;
   } catch (const std::exception&) {
     return std::nullopt;  // missing, old or damaged: calibrate again
@@ -149,6 +151,7 @@ void write_cache(const DeviceSpec& d, const std::string& when) {
   j["cpus"][cache_key()] = {{"description", d.description},
                             {"calibrated_at", when},
                             {"fp32_gflops", d.fp32_flops / kG},
+                            {"bf16_gflops", d.bf16_flops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
                             {"op_overhead_us", d.op_overhead_s * 1e6}};
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
@@ -223,6 +226,13 @@ DeviceSpec calibrate_cpu() {
     fill_uniform_(w, -1, 1);
     double s = best_of(15, [&] { linear(x, w); });
     d.fp32_flops = 2.0 * double(n * n * n) / s;
+    // bf16 peak: the same product in bf16 (oneDNN's avx512_core_bf16 kernels where the cpu has
+    // them). fp16: no fp16 arithmetic on this path (the dispatcher computes f16 ops in f32), so
+    // its peak is the fp32 one.
+    Tensor xb = cast(x, DType::bf16), wb = cast(w, DType::bf16);
+    double sb = best_of(15, [&] { linear(xb, wb); });
+    d.bf16_flops = 2.0 * double(n * n * n) / sb;
+    d.fp16_flops = d.fp32_flops;
   }
   {
     // Bandwidth: relu over 128 MiB (read 128 MiB, write 128 MiB) with reckon's cpu kernel.

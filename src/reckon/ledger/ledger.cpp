@@ -18,7 +18,10 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
+#include "reckon/nn/recompute.h"
+#include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
+#include "reckon/train/step.h"
 
 namespace reckon {
 
@@ -28,10 +31,11 @@ using Clock = std::chrono::steady_clock;
 
 void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.batch > 0, "[ledger] the batch must be positive, got {}", cfg.batch);
-  RK_CHECK(cfg.precision == "fp32",
-           "[ledger] precision '{}' is not supported yet: the ledger runs fp32 steps only (bf16 and fp16 come with "
-           "autocast)",
-           cfg.precision);
+  RK_CHECK(cfg.precision == "fp32" || cfg.precision == "bf16" || cfg.precision == "fp16",
+           "[ledger] unknown precision '{}' (fp32, bf16 or fp16)", cfg.precision);
+  RK_CHECK(cfg.accum >= 1, "[ledger] accumulation must be at least 1 micro-batch, got {}", cfg.accum);
+  RK_CHECK(cfg.grad_scaler == "auto" || cfg.grad_scaler == "on" || cfg.grad_scaler == "off",
+           "[ledger] grad_scaler '{}' is not one of auto, on, off", cfg.grad_scaler);
   RK_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw", "[ledger] unknown optimizer '{}' (sgd or adamw)",
            cfg.optimizer);
   RK_CHECK(cfg.momentum >= 0.0, "[ledger] SGD momentum must be >= 0, got {}", cfg.momentum);
@@ -99,35 +103,52 @@ thread_local Phase t_phase = Phase::forward;
 
 // An observer's copy of a record, with the phase applied: ops the engine runs between nodes
 // are backward ops of "(autograd)" (gradient sums); the optimizer's are under "(optimizer)".
+// Recomputed forward ops run during backward and count as backward work.
 OpRecord in_phase(const OpRecord& r) {
   OpRecord c = r;
-  if (t_phase == Phase::backward && !r.backward) {  // run by the engine itself, not by a node
+  if (t_phase == Phase::backward && !r.backward) {  // run by the engine itself, or recomputed
     c.backward = true;
     if (c.scope.empty()) c.scope = "(autograd)";
   }
   return c;
 }
 
-// One training step as a training loop runs it (the gradients were dropped before).
-int64_t train_step(nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
+  if (cfg.grad_scaler == "on" || (cfg.grad_scaler == "auto" && cfg.precision == "fp16"))
+    return std::make_unique<optim::GradScaler>();
+  return nullptr;
+}
+
+// One training step as the trainer runs it (train::Step): cfg.accum micro-batches of x, one
+// update. The gradients were dropped before.
+int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg,
+                   const Tensor& x, const Tensor& y) {
   struct PhaseGuard {
     ~PhaseGuard() { t_phase = Phase::forward; }
   } guard;
-  Tensor loss;
+  train::Step step(m, opt, scaler, {.precision = precision_dtype(cfg.precision)});
+  step.on_phase = [](train::StepPhase p) {
+    t_phase = p == train::StepPhase::backward ? Phase::backward
+              : p == train::StepPhase::optimizer ? Phase::optimizer
+                                                 : Phase::forward;
+  };
   int64_t classes = 0;
-  t_phase = Phase::forward;
-  {
-    Tensor logits = m(x);
-    classes = logits.dim() == 2 ? logits.size(1) : 0;
-    ScopeGuard scope("(loss)");
-    loss = cross_entropy(logits, y);
+  step.begin(x.size(0) * cfg.accum);
+  for (int64_t k = 0; k < cfg.accum; ++k) {
+    train::MicroResult r = step.micro(x, y);
+    classes = r.logits.dim() == 2 ? r.logits.size(1) : 0;
   }
-  t_phase = Phase::backward;
-  loss.backward();
-  t_phase = Phase::optimizer;
-  ScopeGuard scope("(optimizer)");
-  opt.step();
+  step.finish();
   return classes;
+}
+
+// The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
+std::string op_precision(const OpRecord& r) {
+  for (DType d : r.in_dtypes) {
+    if (d == DType::bf16) return "bf16";
+    if (d == DType::f16) return "fp16";
+  }
+  return "fp32";
 }
 
 std::string row_key(const std::string& scope) { return scope.empty() ? "(model)" : scope; }
@@ -172,6 +193,7 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   model.train();
   model.zero_grad(true);
   auto opt = make_optimizer(cfg, model.parameters());
+  auto scaler = make_scaler(cfg);
   Others others = others_now(Device::meta, model);
   Tensor x, y;
   {
@@ -182,11 +204,11 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   r.input_bytes = x.nbytes();
   clear_op_failure();
   try {
-    train_step(model, *opt, x, y);  // warm-up: the optimizer's state now exists, as in training
+    train_step(model, *opt, scaler.get(), cfg, x, y);  // warm-up: the optimizer's state now exists
     opt->zero_grad();
     tracker(Device::meta).reset_peak();
     ObserveOps obs([&](const OpRecord& rec) { r.records.push_back(in_phase(rec)); });
-    r.classes = train_step(model, *opt, x, y);
+    r.classes = train_step(model, *opt, scaler.get(), cfg, x, y);
   } catch (const Error& e) {
     model.zero_grad(true);
     const OpFailure& f = last_op_failure();
@@ -236,6 +258,7 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
     row.num_ops++;
     row.bytes_moved += bytes;
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
+    if (r.recompute) L.totals.recompute_macs += r.cost.macs;
     if (r.backward) {
       row.bwd_macs += r.cost.macs;
       row.bwd_flops += flops;
@@ -273,7 +296,7 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpR
   t.ridge = dev.ridge(t.precision);
   for (const OpRecord& r : recs) {
     const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    const double tc = flops / t.peak_flops, tm = bytes / dev.bandwidth_bytes;
+    const double tc = flops / dev.peak(op_precision(r)), tm = bytes / dev.bandwidth_bytes;
     if (tc >= tm) {
       t.compute_s += tc;
       t.compute_bound_ops++;
@@ -302,8 +325,8 @@ void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& d
   for (const OpRecord& r : recs) {
     LedgerRow& row = L.rows[index.at(row_key(r.scope))];
     const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    row.time_s += dev.op_time_s(flops, bytes, p);
-    row.cpu_time_s += cpu.op_time_s(flops, bytes, p);
+    row.time_s += dev.op_time_s(flops, bytes, op_precision(r));
+    row.cpu_time_s += cpu.op_time_s(flops, bytes, op_precision(r));
   }
   if (auto it = index.find("(optimizer)"); it != index.end()) {
     LedgerRow& row = L.rows[it->second];
@@ -324,6 +347,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   model.train();
   model.zero_grad(true);
   auto opt = make_optimizer(cfg, model.parameters());
+  auto scaler = make_scaler(cfg);
   Others others = others_now(Device::cpu, model);
   Tensor x, y;
   {
@@ -334,7 +358,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     y = Tensor::empty({in_shape[0]}, DType::i64, Device::cpu);
     for (int64_t i = 0; i < in_shape[0]; ++i) y.set(i, double(i % std::max<int64_t>(L.num_classes, 1)));
   }
-  train_step(model, *opt, x, y);  // warm-up: optimizer state, oneDNN plans, the host cache
+  train_step(model, *opt, scaler.get(), cfg, x, y);  // warm-up: optimizer state, oneDNN plans, the host cache
   opt->zero_grad();
   tracker(Device::cpu).reset_peak();
   M.rss_peak_reset = reset_peak_rss();
@@ -368,7 +392,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
         }
         last = Clock::now();
       });
-      train_step(model, *opt, x, y);
+      train_step(model, *opt, scaler.get(), cfg, x, y);
     }
     const auto t1 = Clock::now();
     best_optimizer_s = std::min(best_optimizer_s, std::chrono::duration<double>(t1 - last).count());
@@ -423,7 +447,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
   MetaRun run = run_on_meta(model, L.input_shape, cfg, label);
   L.num_classes = run.classes;
   L.memory = run.memory;
-  L.totals.batch = cfg.batch;
+  L.totals.batch = cfg.batch * cfg.accum;
   L.totals.input_bytes = run.input_bytes;
   for (const auto& p : model.parameters()) {
     L.totals.params += p.numel();
@@ -480,11 +504,13 @@ Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
   Shape sample = cfg.input.empty() ? nn::model_input_shape(model_name, mc) : cfg.input;
   mc.device = Device::meta;
   auto meta = nn::make_model(model_name, mc);
+  if (cfg.recompute) nn::enable_recompute(*meta);
   std::shared_ptr<nn::Module> cpu;
   auto cpu_model = [&]() -> nn::Module* {
     if (cfg.progress) cfg.progress(fmt::format("{}: building the model on the cpu", model_name));
     mc.device = Device::cpu;
     cpu = nn::make_model(model_name, mc);
+    if (cfg.recompute) nn::enable_recompute(*cpu);
     return cpu.get();
   };
   return run_ledger(model_name, *meta, sample, cfg, cpu_model);

@@ -5,7 +5,10 @@
 // accounts (memory by tag at the moment of peak). It never re-derives a formula of its own.
 // With `measure`, the same step runs for real on the cpu and the tracker's accounts, the process's
 // resident memory and the time per layer are set beside the prediction.
-// Not here: mixed precision (fp32 only for now), data loading, multi-device steps.
+// The step is train::Step (train/step.h), the trainer's own: autocast, accumulation over
+// `accum` micro-batches, loss scaling, recomputation; each op is timed at the peak of the dtype
+// it runs in (bf16 ops at the device's bf16 peak).
+// Not here: data loading, multi-device steps.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -27,7 +30,10 @@ struct LedgerConfig {
   int64_t batch = 1;
   Shape input;                      // (C, H, W) of one sample; empty: the model's default
   int64_t num_classes = 0;          // 0: the model's default
-  std::string precision = "fp32";   // only fp32 for now
+  std::string precision = "fp32";   // fp32, bf16 or fp16 (autocast, as `reckon train --precision`)
+  int64_t accum = 1;                // micro-batches of `batch` per optimizer step (effective batch x accum)
+  bool recompute = false;           // recompute blocks in backward (nn/recompute.h)
+  std::string grad_scaler = "auto"; // loss scaling: auto (fp16 only), on, off
   std::string optimizer = "sgd";    // "sgd" (with momentum below) or "adamw" (PyTorch defaults)
   double momentum = 0.9;            // SGD momentum (0: no momentum buffer)
   std::string device = "cpu";       // catalog key (devices.h) the step is timed for
@@ -64,13 +70,14 @@ struct LedgerRow {
 };
 
 struct LedgerTotals {
-  int64_t batch = 0;
+  int64_t batch = 0;              // the effective batch (micro-batch x accum): per_image divides by it
   int64_t params = 0, param_bytes = 0;  // parameters (elements, bytes), buffers not included
   int64_t fwd_macs = 0, bwd_macs = 0;
   int64_t conv_macs = 0, linear_macs = 0;  // forward conv2d / linear + matmul MACs
   int64_t flops = 0;              // 2 x (fwd + bwd MACs) + the ops' other FLOPs, one step
   int64_t bytes_moved = 0;
   int64_t saved_bytes = 0;
+  int64_t recompute_macs = 0;     // forward MACs run again in backward (recomputation's price)
   int64_t input_bytes = 0;        // the images of one step (x); targets are input-tagged too
   // Bytes the optimizer's update moves: it is no op yet, so one elementwise pass is assumed over
   // what the meta run shows it owns (reads params, grads, state; writes params, state).
@@ -131,7 +138,7 @@ struct Ledger {
 };
 
 // Builds zoo model `model_name` on the meta device and runs one training step on it.
-// requires: cfg.batch > 0, cfg.input empty or 3 positive sizes, cfg.precision "fp32",
+// requires: cfg.batch > 0, cfg.input empty or 3 positive sizes, cfg.precision fp32/bf16/fp16,
 //           cfg.optimizer "sgd" or "adamw", cfg.device in device_names().
 // ensures:  rows in order of first appearance; memory excludes tensors alive before the call.
 // Throws reckon::Error naming the layer (module scope) where a shape broke.
@@ -147,6 +154,8 @@ Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& c
 std::string format_ledger(const Ledger& l);
 std::string ledger_json(const Ledger& l);
 
+// "4GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; throws naming flag when unreadable.
+int64_t parse_bytes(const std::string& text, const std::string& flag);
 // "36.8 MiB"; "1.08 G"; "62,378,344".
 std::string format_mib(int64_t bytes);
 std::string format_si(double v);

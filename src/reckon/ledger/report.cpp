@@ -7,6 +7,33 @@
 
 namespace reckon {
 
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  std::string unit = text.substr(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  std::string u;
+  for (char ch : unit) u += char(std::tolower(static_cast<unsigned char>(ch)));
+  double mul = u == "" || u == "b" ? 1.0
+               : u == "k" || u == "kb"   ? 1e3
+               : u == "m" || u == "mb"   ? 1e6
+               : u == "g" || u == "gb"   ? 1e9
+               : u == "t" || u == "tb"   ? 1e12
+               : u == "kib"              ? 1024.0
+               : u == "mib"              ? 1024.0 * 1024
+               : u == "gib"              ? 1024.0 * 1024 * 1024
+               : u == "tib"              ? 1024.0 * 1024 * 1024 * 1024
+                                         : -1;
+  RK_CHECK(end > 0 && mul > 0 && std::isfinite(v) && v > 0 && v * mul < 9e18,
+           "{}: '{}' is not a memory size (e.g. 4GiB, 512MiB, 2GB, 1000000)", flag, text);
+  return int64_t(v * mul);
+}
+
 std::string format_mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
 
 std::string format_si(double v) {
@@ -77,7 +104,22 @@ std::string format_ledger(const Ledger& l) {
   const LedgerTime& main = l.times.front();
   line(fmt::format("reckon ledger: {} ({}), one training step run on the meta device", l.model, l.model_type));
   line(fmt::format("  input {} {} ({}), {} classes, cross-entropy loss, {}", shape_str(l.input_shape),
-                   l.config.precision, format_mib(t.input_bytes), l.num_classes, optimizer_desc(l.config)));
+                   l.config.precision == "fp32" ? "fp32" : l.config.precision + " autocast (f32 master weights)",
+                   format_mib(t.input_bytes), l.num_classes, optimizer_desc(l.config)));
+  if (l.config.accum > 1) {
+    line(fmt::format("  gradient accumulation: {} micro-batches of {} = effective batch {} per optimizer step",
+                     l.config.accum, l.input_shape[0], t.batch));
+    bool bn = false;
+    for (const auto& r : l.rows) bn = bn || r.type == "BatchNorm2d";
+    if (bn)
+      line(fmt::format("  note: batch-norm statistics see one micro-batch of {}, not the effective batch of {}",
+                       l.input_shape[0], t.batch));
+  }
+  if (l.config.recompute)
+    line(fmt::format("  recomputation: blocks keep only their input; {} forward MACs run again in backward "
+                     "(+{:.0f}% of the step's MACs)",
+                     format_si(double(t.recompute_macs)),
+                     100.0 * double(t.recompute_macs) / double(std::max<int64_t>(1, t.fwd_macs + t.bwd_macs - t.recompute_macs))));
   line("");
 
   // ---- per layer ----
@@ -110,6 +152,7 @@ std::string format_ledger(const Ledger& l) {
   total("  conv MACs", t.conv_macs);
   total("  linear MACs (linear, matmul)", t.linear_macs);
   total("backward MACs", t.bwd_macs);
+  if (t.recompute_macs > 0) total("  of which recomputed forward", t.recompute_macs);
   total("FLOPs (2 x MACs + other FLOPs)", t.flops);
   line(fmt::format("  {:<32}  {:>12}  {:>14}", "bytes moved (MiB)", fmt::format("{:.1f}", t.per_image(t.bytes_moved) / (1 << 20)),
                    fmt::format("{:.1f}", double(t.bytes_moved) / (1 << 20))));
@@ -243,6 +286,11 @@ std::string ledger_json(const Ledger& l) {
                  {"flops", t.flops},
                  {"bytes_moved", t.bytes_moved},
                  {"saved_bytes", t.saved_bytes},
+                 {"recompute_macs", t.recompute_macs},
+                 {"micro_batch", l.input_shape.empty() ? 0 : l.input_shape[0]},
+                 {"accum", l.config.accum},
+                 {"precision", l.config.precision},
+                 {"recompute", l.config.recompute},
                  {"input_bytes", t.input_bytes},
                  {"optimizer_bytes", t.optimizer_bytes},
                  {"num_ops", t.num_ops},

@@ -23,8 +23,13 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op.h"
 #include "reckon/ops/node.h"
+#include "reckon/ledger/ledger.h"
+#include "reckon/ledger/plan.h"
+#include "reckon/nn/recompute.h"
+#include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/schedule.h"
+#include "reckon/train/step.h"
 
 namespace reckon::train {
 
@@ -73,7 +78,11 @@ json config_json(const TrainConfig& c, const data::Normalize& norm) {
               {"normalize_mean", norm.mean},
               {"normalize_std", norm.std},
               {"augment", c.augment},
-              {"drop_last", c.drop_last}};
+              {"drop_last", c.drop_last},
+              {"precision", c.precision},
+              {"accum", c.accum},
+              {"recompute", c.recompute},
+              {"grad_scaler", c.grad_scaler}};
 }
 
 // On --resume every setting that shapes the numbers (epochs too: the schedule depends on
@@ -100,6 +109,11 @@ void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, co
     norm.std = j.at("normalize_std").get<std::vector<float>>();
     c.augment = j.at("augment").get<std::string>();
     c.drop_last = j.at("drop_last").get<bool>();
+    // Checkpoints from before mixed precision have none of these: the defaults then.
+    c.precision = j.value("precision", std::string("fp32"));
+    c.accum = j.value("accum", int64_t(1));
+    c.recompute = j.value("recompute", false);
+    c.grad_scaler = j.value("grad_scaler", std::string("auto"));
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: metadata 'config' lacks a training setting ({})", path, e.what()));
   }
@@ -127,6 +141,33 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.eval_batch >= 1, "--eval-batch must be at least 1 (got {})", c.eval_batch);
   RK_CHECK(c.stop_after >= 0, "--stop-after must be >= 0 (got {})", c.stop_after);
   RK_CHECK(!c.out.empty(), "--out must name a directory");
+  precision_dtype(c.precision);  // throws naming --precision
+  RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
+  RK_CHECK(c.grad_scaler == "auto" || c.grad_scaler == "on" || c.grad_scaler == "off",
+           "--grad-scaler '{}' is not one of auto, on, off", c.grad_scaler);
+  RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
+}
+
+bool scaler_on(const TrainConfig& c) {
+  return c.grad_scaler == "on" || (c.grad_scaler == "auto" && c.precision == "fp16");
+}
+
+json scaler_json(const optim::GradScaler& g) {
+  return json{{"scale", double(g.get_scale())}, {"growth_tracker", g.growth_tracker()},
+              {"skipped_steps", g.skipped_steps()}};
+}
+void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path) {
+  try {
+    nn::StateDict d;
+    d.insert("scale", Tensor::from_vector({j.at("scale").get<double>()}, {}, DType::f32));
+    d.insert("growth_factor", Tensor::from_vector({g.options().growth_factor}, {}, DType::f64));
+    d.insert("backoff_factor", Tensor::from_vector({g.options().backoff_factor}, {}, DType::f64));
+    d.insert("growth_interval", Tensor::from_vector({double(g.options().growth_interval)}, {}, DType::i64));
+    d.insert("_growth_tracker", Tensor::from_vector({double(j.at("growth_tracker").get<int64_t>())}, {}, DType::i32));
+    g.load_state_dict(d);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: metadata 'train_state' has a bad 'scaler' entry ({})", path, e.what()));
+  }
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
@@ -158,7 +199,7 @@ std::shared_ptr<const optim::LRSchedule> make_schedule(const TrainConfig& c, int
 
 // Row-wise argmax of logits (B, K) compared with y (B): the number right.
 int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t>* pred_out = nullptr) {
-  Tensor l = contiguous(logits);
+  Tensor l = contiguous(cast(logits, DType::f32));
   const float* p = l.data<float>();
   const int64_t* t = y.data<int64_t>();
   int64_t B = l.size(0), K = l.size(1), right = 0;
@@ -482,10 +523,34 @@ TrainResult train(const TrainConfig& in) {
   res.macs_per_image = forward_macs(cfg.model, chw[0], K, chw);
   if (!cfg.resume) norm = parse_normalize(cfg.normalize, *train_set);
 
+  // A memory budget: plan micro-batch, accumulation, precision and recomputation for the
+  // effective batch before anything is built (on --resume the checkpoint holds the plan).
+  if (cfg.max_memory > 0 && !cfg.resume) {
+    PlanConfig pc;
+    pc.model = cfg.model;
+    pc.batch = cfg.batch * cfg.accum;
+    pc.memory_bytes = cfg.max_memory;
+    pc.input = chw;
+    pc.num_classes = K;
+    pc.optimizer = cfg.optimizer == "sgd" ? "sgd" : "adamw";  // adam's state is adamw's
+    pc.momentum = cfg.momentum;
+    Plan p = plan(pc);
+    const PlanRung* best = p.best();
+    RK_CHECK(best != nullptr, "--max-memory {}: this run cannot fit; the ladder:\n{}", format_mib(cfg.max_memory),
+             format_plan(p));
+    cfg.batch = best->micro_batch;
+    cfg.accum = best->accum;
+    cfg.precision = best->precision;
+    cfg.recompute = best->recompute;
+    show.line(format_plan(p));
+    tracker(Device::cpu).reset_peak();  // the planner's cpu calibration (if it ran) is not the run's
+  }
+
   // 3. Model, loader, optimizer, schedule.
   manual_seed(cfg.seed);
   auto model = nn::make_model(cfg.model, {.num_classes = K, .in_channels = chw[0]});
   res.parameters = model->num_parameters();
+  const int64_t recompute_blocks = cfg.recompute ? nn::enable_recompute(*model) : 0;
   data::LoaderOptions lo;
   lo.batch = cfg.batch;
   lo.shuffle = true;
@@ -495,12 +560,17 @@ TrainResult train(const TrainConfig& in) {
   lo.augment = augment;
   lo.prefetch = cfg.prefetch;
   data::Loader loader(*train_set, lo);
-  const int64_t nb = loader.num_batches();
+  const int64_t nb = loader.num_batches();  // micro-batches per epoch
   RK_CHECK(nb > 0, "--data {}: {} training samples make no batch of {} (drop_last)", cfg.data, train_set->size(),
            cfg.batch);
-  const int64_t total_steps = cfg.epochs * nb;
+  const int64_t steps_per_epoch = (nb + cfg.accum - 1) / cfg.accum;  // optimizer steps: windows of accum
+  const int64_t total_steps = cfg.epochs * steps_per_epoch;
+  auto micro_size = [&](int64_t i) { return std::min(cfg.batch, loader.num_samples() - i * cfg.batch); };
   auto opt = make_optimizer(cfg, model->parameters());
-  auto sched = make_schedule(cfg, nb);
+  auto sched = make_schedule(cfg, steps_per_epoch);
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (scaler_on(cfg)) scaler = std::make_unique<optim::GradScaler>();
+  Step step(*model, *opt, scaler.get(), {.precision = precision_dtype(cfg.precision), .label_smoothing = cfg.label_smoothing});
 
   // 4. Restore.
   io::TrainProgress prog;
@@ -514,6 +584,8 @@ TrainResult train(const TrainConfig& in) {
     prog = ck.info.progress;
     RK_CHECK(prog.batch_in_epoch <= nb, "{}: batch_in_epoch {} is past the {} batches of an epoch", ckpt_path,
              prog.batch_in_epoch, nb);
+    RK_CHECK(prog.batch_in_epoch % cfg.accum == 0 || prog.batch_in_epoch == nb,
+             "{}: batch_in_epoch {} is inside an accumulation window of {}", ckpt_path, prog.batch_in_epoch, cfg.accum);
     default_generator().set_state(prog.rng_state);
     try {
       epoch_run = Running::from_json(train_state.at("epoch"));
@@ -522,6 +594,7 @@ TrainResult train(const TrainConfig& in) {
       marks.jsonl_bytes = train_state.at("metrics_jsonl_bytes").get<int64_t>();
       events_file = train_state.at("events_file").get<std::string>();
       events_bytes = train_state.at("events_bytes").get<int64_t>();
+      if (scaler && train_state.contains("scaler")) restore_scaler(*scaler, train_state.at("scaler"), ckpt_path);
     } catch (const json::exception& e) {
       throw Error(fmt::format("{}: metadata 'train_state' is incomplete ({})", ckpt_path, e.what()));
     }
@@ -533,7 +606,8 @@ TrainResult train(const TrainConfig& in) {
   fs::create_directories(out_dir, ec);
   RK_CHECK(fs::is_directory(out_dir), "--out {}: cannot create the directory{}", cfg.out,
            ec ? ": " + ec.message() : std::string());
-  io::MetricsLog metrics(out_dir.string(), {"epoch", "loss", "accuracy", "lr", "images_per_s", "seconds"},
+  io::MetricsLog metrics(out_dir.string(),
+                         {"epoch", "loss", "accuracy", "lr", "images_per_s", "seconds", "loss_scale", "skipped_steps"},
                          cfg.resume ? &marks : nullptr);
   std::unique_ptr<io::EventWriter> events =
       cfg.resume && !events_file.empty()
@@ -547,11 +621,25 @@ TrainResult train(const TrainConfig& in) {
                         test_set->size(),
                         norm.mean.empty() ? std::string("none")
                                           : fmt::format("mean {} std {}", fmt_floats(norm.mean), fmt_floats(norm.std))));
-  show.line(fmt::format("{} lr {} (momentum {}, weight decay {}), schedule {} (warm-up {} steps), batch {}, {} steps "
+  show.line(fmt::format("{} lr {} (momentum {}, weight decay {}), schedule {} (warm-up {} steps), batch {}, {} batches "
                         "per epoch, {} epochs, seed {}, {} threads; output {}",
                         cfg.optimizer, cfg.lr, cfg.optimizer == "sgd" ? cfg.momentum : 0.0, cfg.weight_decay,
                         cfg.schedule, cfg.warmup, cfg.batch, nb, cfg.epochs, cfg.seed, omp_get_max_threads(),
                         cfg.out));
+  show.line(fmt::format("precision {}{}, batch {} x accumulation {} = effective batch {} ({} optimizer steps per "
+                        "epoch){}",
+                        cfg.precision,
+                        scaler ? " with dynamic loss scaling" : "", cfg.batch, cfg.accum, cfg.batch * cfg.accum,
+                        steps_per_epoch,
+                        cfg.recompute ? fmt::format(", recomputing {} blocks in backward", recompute_blocks) : ""));
+  if (cfg.accum > 1)
+    for (auto& [name, mod] : model->named_modules())
+      if (mod->type_name() == "BatchNorm2d") {
+        show.line(fmt::format("note: batch-norm statistics see one micro-batch of {} samples, not the effective "
+                              "batch of {}",
+                              cfg.batch, cfg.batch * cfg.accum));
+        break;
+      }
   if (cfg.resume)
     show.line(fmt::format("resuming from {} at step {} (epoch {}, batch {}); settings from the checkpoint", ckpt_path,
                           prog.step, prog.epoch + 1, prog.batch_in_epoch));
@@ -566,6 +654,7 @@ TrainResult train(const TrainConfig& in) {
             {"metrics_jsonl_bytes", m.jsonl_bytes},
             {"events_file", fs::path(events->path()).filename().string()},
             {"events_bytes", events->bytes()}};
+    if (scaler) st["scaler"] = scaler_json(*scaler);
     io::CheckpointInfo info;
     info.model = cfg.model;
     info.optimizer = cfg.optimizer;
@@ -595,23 +684,33 @@ TrainResult train(const TrainConfig& in) {
     while (true) {
       auto step_t0 = Clock::now();
       if (!loader.next(b)) break;
-      check_labels(b, K, cfg.data, epoch);
+      // One optimizer step: the window of micro-batches [first, last) of the epoch.
+      const int64_t first = b.index, last = std::min(first + cfg.accum, nb);
+      int64_t window = 0;
+      for (int64_t i = first; i < last; ++i) window += micro_size(i);
       const double lr = sched->get_lr(prog.step);
       opt->set_lr(lr);
-      opt->zero_grad();
-      Tensor logits = (*model)(b.x);
-      Tensor loss = cross_entropy(logits, b.y, {.label_smoothing = cfg.label_smoothing});
-      loss.backward();
-      opt->step();
+      step.begin(window);
+      double loss_sum = 0;
+      int64_t right = 0, n = 0;
+      for (int64_t i = first; i < last; ++i) {
+        if (i > first) RK_CHECK(loader.next(b) && b.index == i, "[train] the loader ended inside a window");
+        check_labels(b, K, cfg.data, epoch);
+        MicroResult r = step.micro(b.x, b.y);
+        loss_sum += r.loss * double(b.y.numel());
+        right += count_correct(r.logits, b.y);
+        n += b.y.numel();
+      }
+      const bool stepped = step.finish();
       prog.step += 1;
       session_steps += 1;
-      const float l = float(loss.item());
+      const float l = float(loss_sum / double(n));
       RK_CHECK(std::isfinite(l), "[train] the loss is {} at step {} (epoch {}); try a lower --lr (now {})", l,
                prog.step, epoch + 1, lr);
-      const int64_t n = b.y.numel();
-      const int64_t right = count_correct(logits, b.y);
-      logits = Tensor();
-      loss = Tensor();
+      if (!stepped && scaler && scaler->skipped_steps() <= 5)
+        show.line(fmt::format("step {}: skipped, the gradient of {} overflowed; loss scale now {}", prog.step,
+                              scaler->overflow_param(), scaler->get_scale()));
+      if (scaler && !scaler->warning().empty()) show.line("warning: " + scaler->warning());
       epoch_run.add(l, right, n);
       interval_run.add(l, right, n);
       res.losses.push_back(l);
@@ -626,7 +725,10 @@ TrainResult train(const TrainConfig& in) {
                        {"loss", interval_run.loss()},
                        {"accuracy", interval_run.accuracy()},
                        {"lr", lr},
-                       {"images_per_s", ips}});
+                       {"images_per_s", ips},
+                       {"loss_scale", scaler ? double(scaler->get_scale()) : 0.0},
+                       {"skipped_steps", scaler ? double(scaler->skipped_steps()) : 0.0}});
+        if (scaler) events->add_scalar("train/loss_scale", scaler->get_scale(), prog.step);
         events->add_scalar("train/loss", float(interval_run.loss()), prog.step);
         events->add_scalar("train/accuracy", float(interval_run.accuracy()), prog.step);
         events->add_scalar("train/lr", float(lr), prog.step);
@@ -637,17 +739,18 @@ TrainResult train(const TrainConfig& in) {
       }
       const double rate = double(session_steps) / std::max(1e-9, train_seconds);  // steps/s
       const double eta = double(total_steps - prog.step) / rate + double(cfg.epochs - epoch) * last_eval_seconds;
-      show.step(epoch + 1, cfg.epochs, b.index + 1, nb, prog.step, epoch_run.loss(), epoch_run.accuracy(),
+      show.step(epoch + 1, cfg.epochs, last, nb, prog.step, epoch_run.loss(), epoch_run.accuracy(),
                 double(epoch_images) / std::max(1e-9, seconds_since(epoch_t0)), eta);
 
       const bool stop = (cfg.stop_after > 0 && prog.step >= cfg.stop_after) ||
                         (cfg.stop_flag && cfg.stop_flag->load());
-      if (stop || (cfg.checkpoint_every > 0 && prog.step % cfg.checkpoint_every == 0)) save(epoch, b.index + 1);
+      if (stop || (cfg.checkpoint_every > 0 && prog.step % cfg.checkpoint_every == 0)) save(epoch, last);
       if (stop) {
         res.stopped = true;
         show.line(fmt::format("stopped at step {} (epoch {}, batch {}/{}); checkpoint: {} (continue with --resume)",
-                              prog.step, epoch + 1, b.index + 1, nb, ckpt_path));
+                              prog.step, epoch + 1, last, nb, ckpt_path));
         res.steps = prog.step;
+        if (scaler) res.skipped_steps = scaler->skipped_steps(), res.loss_scale = scaler->get_scale();
         res.rng_state = default_generator().state();
         return res;
       }
@@ -691,6 +794,12 @@ TrainResult train(const TrainConfig& in) {
 
   res.steps = prog.step;
   res.rng_state = default_generator().state();
+  if (scaler) {
+    res.skipped_steps = scaler->skipped_steps();
+    res.loss_scale = scaler->get_scale();
+    show.line(fmt::format("loss scaling: {} of {} steps skipped, final scale {}", res.skipped_steps, prog.step,
+                          res.loss_scale));
+  }
   if (res.final_eval.samples == 0) res.final_eval = evaluate(*model, *test_set, norm, cfg.eval_batch);
   auto st = tracker(Device::cpu).stats();
   show.line(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak tracked "

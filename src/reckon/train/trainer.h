@@ -8,7 +8,9 @@
 // the checkpoint keeps. So with one thread a run stopped anywhere and resumed from its last
 // checkpoint gives the same losses, bit for bit, as one that never stopped (with several
 // threads the kernels' reduction order may differ from run to run).
-// Not here: several processes (dist/), mixed precision (amp/), gradient accumulation.
+// Mixed precision, gradient accumulation and loss scaling run through train::Step (step.h), the
+// same code the ledger runs on the meta device; recomputation marks blocks (nn/recompute.h).
+// Not here: several processes (dist/).
 #pragma once
 #include <array>
 #include <atomic>
@@ -37,6 +39,18 @@ struct TrainConfig {
   double step_epochs = 0;           // step schedule: lr *= gamma every this many epochs (0: epochs / 3)
   double gamma = 0.1;
   double label_smoothing = 0.0;
+  // Mixed precision: "fp32", "bf16" or "fp16" (autocast; parameters stay f32).
+  std::string precision = "fp32";
+  // Gradient accumulation: one optimizer step per `accum` micro-batches of `batch` (the
+  // effective batch is batch x accum; the last window of an epoch may be shorter).
+  int64_t accum = 1;
+  bool recompute = false;           // recompute each block's activations in backward
+  // Dynamic loss scaling (optim/grad_scaler.h): "auto" (on for fp16 only), "on", "off".
+  std::string grad_scaler = "auto";
+  // A memory budget in bytes (0: none). The run is planned to fit (reckon plan): batch x accum
+  // is kept as the effective batch while micro-batch, accumulation, precision and recomputation
+  // are chosen; a run that cannot fit stops before it starts, with the ladder as its error.
+  int64_t max_memory = 0;
   uint64_t seed = 0;
   int threads = 0;                  // omp_set_num_threads when > 0
   std::string out = "runs/lenet5";
@@ -92,6 +106,8 @@ struct TrainResult {
   std::string checkpoint;        // the last checkpoint written
   bool stopped = false;          // stop_after or stop_flag ended the run early
   std::array<uint64_t, 4> rng_state{};  // default_generator() at the end
+  int64_t skipped_steps = 0;     // optimizer steps the loss scaler skipped (inf/NaN gradients)
+  double loss_scale = 0;         // the scaler's scale at the end (0: no scaler)
 };
 
 // Runs the training described by cfg. Throws reckon::Error (one line, naming the argument or
