@@ -76,12 +76,8 @@ struct BwdWeightPlan {
   dnnl::convolution_backward_weights prim;
 };
 
-// The type the primitive computes in (f16 never reaches it: see run_in_f32).
-memory::data_type compute_dt(DType t) { return dt(t); }
-
 Support check(const Tensor& t, const ConvGeo& g) {
-  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16)
-    return Support::no("dtype is not f32, bf16 or f16");
+  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16) return Support::no("dtype is not f32 or bf16");
   for (auto p : g.pad_r)
     (void)p;  // oneDNN accepts a negative right padding (floor-mode output sizes)
   return Support::yes();
@@ -103,16 +99,16 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   Tensor& y = out[0];
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
   if (Support s = check(x, g); !s.ok) return s;
-  auto t = compute_dt(x.dtype()), ut = dt(x.dtype());
+  auto t = dt(x.dtype());
   static PlanCache<FwdPlan> cache;
   auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
     auto pd = fwd_pd(g, t, bias);
     return FwdPlan{pd, dnnl::convolution_forward(pd)};
   });
-  memory xu(memory::desc(g.x, ut, tag::nchw), engine(), x.raw_data());
-  memory wu(memory::desc(g.w_user, ut, g.w_tag), engine(), w.raw_data());
-  memory yu(memory::desc(g.y, ut, tag::nchw), engine(), y.raw_data());
-  Tensor hx, hw, hy, hb;
+  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
+  memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
+  Tensor hx, hw, hy;
   memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
   memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
   memory ym = yu;
@@ -121,9 +117,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
     ym = memory(plan.pd.dst_desc(), engine(), hy.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
-  if (bias)
-    args[DNNL_ARG_BIAS] = reorder_to(ctx, memory(memory::desc(g.b, dt(in[2].dtype()), tag::a), engine(), in[2].raw_data()),
-                                     plan.pd.bias_desc(), hb);
+  if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   return Support::yes();
@@ -136,7 +130,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   Tensor& dx = out[0];
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
-  auto t = compute_dt(dy.dtype()), ut = dt(dy.dtype());
+  auto t = dt(dy.dtype());
   static PlanCache<BwdDataPlan> cache;
   auto& plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
     auto hint = fwd_pd(g, t, false);
@@ -147,9 +141,9 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
     return BwdDataPlan{pd, dnnl::convolution_backward_data(pd)};
   });
-  memory dyu(memory::desc(g.y, ut, tag::nchw), engine(), dy.raw_data());
-  memory wu(memory::desc(g.w_user, ut, g.w_tag), engine(), w.raw_data());
-  memory dxu(memory::desc(g.x, ut, tag::nchw), engine(), dx.raw_data());
+  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
+  memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
+  memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
   memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
   memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
@@ -171,7 +165,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   Tensor& dw = out[0];
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
-  auto t = compute_dt(dy.dtype()), ut = dt(dy.dtype());
+  auto t = dt(dy.dtype());
   static PlanCache<BwdWeightPlan> cache;
   auto& plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
     auto hint = fwd_pd(g, t, a.with_bias);
@@ -186,10 +180,10 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
     return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd)};
   });
-  memory dyu(memory::desc(g.y, ut, tag::nchw), engine(), dy.raw_data());
-  memory xu(memory::desc(g.x, ut, tag::nchw), engine(), x.raw_data());
-  memory dwu(memory::desc(g.w_user, ut, g.w_tag), engine(), dw.raw_data());
-  Tensor hdy, hx, hdw, hdb;
+  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
+  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
+  Tensor hdy, hx, hdw;
   memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
   memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
   memory dwm = dwu;
@@ -198,19 +192,9 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     dwm = memory(plan.pd.diff_weights_desc(), engine(), hdw.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
-  memory dbu, dbm;
-  if (a.with_bias) {
-    dbu = memory(memory::desc(g.b, dt(out[1].dtype()), tag::a), engine(), out[1].raw_data());
-    dbm = dbu;
-    if (plan.pd.diff_bias_desc() != dbu.get_desc()) {
-      hdb = ctx.workspace(int64_t(plan.pd.diff_bias_desc().get_size()));
-      dbm = memory(plan.pd.diff_bias_desc(), engine(), hdb.raw_data());
-    }
-    args[DNNL_ARG_DIFF_BIAS] = dbm;
-  }
+  if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
-  if (a.with_bias) reorder_out(ctx, dbm, dbu);
   return Support::yes();
 }
 
