@@ -24,7 +24,10 @@
 #include "reckon/data/image.h"
 #include "reckon/data/loader.h"
 
+#include "test_util.h"
+
 using namespace reckon;
+using reckon::test_util::error_of;
 using namespace reckon::data;
 namespace fs = std::filesystem;
 
@@ -82,21 +85,6 @@ std::string idx_labels(const std::vector<int>& labels, uint32_t magic = 0x801) {
   std::string s = be32(magic) + be32(uint32_t(labels.size()));
   for (int l : labels) s += char(l);
   return s;
-}
-
-// The message of the reckon::Error f throws ("" and a test failure if it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a reckon::Error: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
 }
 
 // An error must be one line naming `what` (a file) and holding `part`.

@@ -16,7 +16,10 @@
 #include "reckon/ops/functional.h"
 #include "reckon/optim/grad_scaler.h"
 
+#include "test_util.h"
+
 using namespace reckon;
+using reckon::test_util::error_of;
 using json = nlohmann::json;
 
 namespace {
@@ -61,16 +64,6 @@ std::vector<std::pair<std::string, std::vector<uint32_t>>> state_bits(const opti
 // A "backward" that leaves these (already scaled) gradients.
 void set_grads(const std::vector<Tensor>& ps, const std::vector<std::vector<float>>& gs) {
   for (size_t i = 0; i < ps.size(); ++i) ps[i].set_grad(Tensor::from_floats(gs[i], ps[i].shape()));
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();

@@ -20,7 +20,10 @@
 #include "reckon/ops/op.h"
 #include "reckon/optim/optim.h"
 
+#include "test_util.h"
+
 using namespace reckon;
+using reckon::test_util::error_of;
 namespace nn = reckon::nn;
 using json = nlohmann::json;
 
@@ -50,17 +53,6 @@ LedgerConfig config(int64_t batch) {
   LedgerConfig c;
   c.batch = batch;
   return c;
-}
-
-// The message of the reckon::Error f throws ("" if it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -22,7 +22,10 @@
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
 
+#include "test_util.h"
+
 using namespace reckon;
+using reckon::test_util::error_of;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -34,16 +37,6 @@ PlanConfig config(const std::string& model, int64_t batch, int64_t memory_bytes)
   c.batch = batch;
   c.memory_bytes = memory_bytes;
   return c;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // The ledger of one rung, as plan() asks for it (measure: also run it on the cpu).
