@@ -630,8 +630,12 @@ TEST(TrainCli, MaxMemoryPlansTheRunOrRefusesItWithTheLadder) {
   ASSERT_EQ(fit.exit_code, 0) << fit.out << fit.err;
   EXPECT_NE(fit.out.find("recommended"), std::string::npos) << fit.out;
   EXPECT_NE(fit.out.find("final test accuracy"), std::string::npos) << fit.out;
-  // The plan it applied keeps the effective batch of 256.
+  // The plan it applied keeps the effective batch of 256, and the whole run (training steps
+  // and evaluation) stays within the budget.
   EXPECT_NE(fit.out.find("= effective batch 256"), std::string::npos) << fit.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(fit.out, m, std::regex(R"(peak tracked memory ([0-9.]+) MiB)"))) << fit.out;
+  EXPECT_LE(std::stod(m[1]) * (1 << 20), double(full * 6 / 10)) << fit.out;
 
   args = base;
   for (const std::string& a : std::vector<std::string>{"--max-memory", "64KiB", "--out", (d / "nofit").string()})

@@ -542,6 +542,9 @@ TrainResult train(const TrainConfig& in) {
     cfg.accum = best->accum;
     cfg.precision = best->precision;
     cfg.recompute = best->recompute;
+    // Evaluation holds no gradients or saved activations: at the micro-batch it stays below the
+    // training step's peak, so the budget holds for the whole run.
+    cfg.eval_batch = std::min(cfg.eval_batch, cfg.batch);
     show.line(format_plan(p));
     tracker(Device::cpu).reset_peak();  // the planner's cpu calibration (if it ran) is not the run's
   }
