@@ -1,8 +1,8 @@
 #include "reckon/ops/dispatch.h"
 
-#include "reckon/ops/shape_ops.h"
-
 #include <cstring>
+
+#include "reckon/ops/shape_ops.h"
 
 namespace reckon {
 

@@ -54,6 +54,16 @@ bool has_low_precision(std::span<const Tensor> in, std::span<const Tensor> out);
 std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in);
 std::vector<Tensor> f32_outputs(KernelCtx& ctx, std::span<const Tensor> out);
 void narrow(std::span<const Tensor> wide, std::span<Tensor> out);
+// f(win, wout) on the widened tensors; the outputs are rounded back when f returns true. The
+// copies come from ctx, so a planning context accounts them on the meta device.
+template <class F>
+bool run_widened(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, F&& f) {
+  std::vector<Tensor> win = widen(ctx, in);
+  std::vector<Tensor> wout = f32_outputs(ctx, out);
+  const bool ok = f(std::span<const Tensor>(win), std::span<Tensor>(wout));
+  if (ok) narrow(wout, out);
+  return ok;
+}
 }  // namespace detail
 
 template <class Op>
@@ -108,16 +118,16 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
         kernel = "cpu";
       } else if (detail::has_low_precision(kin, out)) {
         // No bf16/f16 kernel took the call: compute in f32 and round the outputs back.
-        std::vector<Tensor> win = detail::widen(ctx, kin);
-        std::vector<Tensor> wout = detail::f32_outputs(ctx, out);
         bool wide_done = false;
-        if constexpr (HasCpuKernel<Op>)
-          if (!force_reference()) wide_done = Op::cpu(ctx, win, wout, attrs).ok;
-        if (!wide_done) {
-          Op::ref(ctx, win, wout, attrs);
-          counted = ctx.macs_counted();
-        }
-        detail::narrow(wout, out);
+        detail::run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
+          if constexpr (HasCpuKernel<Op>)
+            if (!force_reference()) wide_done = Op::cpu(ctx, win, wout, attrs).ok;
+          if (!wide_done) {
+            Op::ref(ctx, win, wout, attrs);
+            counted = ctx.macs_counted();
+          }
+          return true;
+        });
         kernel = wide_done ? "cpu-f32" : "ref-f32";
       } else {
         Op::ref(ctx, kin, out, attrs);

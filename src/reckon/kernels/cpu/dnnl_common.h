@@ -76,10 +76,11 @@ dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::mem
 // so on the meta device (planning) they are accounted like any other workspace.
 template <class F>
 Support run_in_f32(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, F&& f32_kernel) {
-  std::vector<Tensor> win = detail::widen(ctx, in);
-  std::vector<Tensor> wout = detail::f32_outputs(ctx, out);
-  Support s = f32_kernel(std::span<const Tensor>(win), std::span<Tensor>(wout));
-  if (s.ok) detail::narrow(wout, out);
+  Support s;
+  detail::run_widened(ctx, in, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
+    s = f32_kernel(win, wout);
+    return s.ok;
+  });
   return s;
 }
 
