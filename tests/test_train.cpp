@@ -609,6 +609,7 @@ TEST(Trainer, Fp16AccumulationRecomputeResumeGivesTheIdenticalCurve) {
   EXPECT_EQ(b2.first_step, 3);
   expect_same_losses(a.losses, 3, b2.losses);
   EXPECT_EQ(b2.loss_scale, a.loss_scale);
+  EXPECT_EQ(b2.skipped_steps, a.skipped_steps) << "the count carries over the resume";
   expect_same_tensors(d / "a" / "last.safetensors", d / "b" / "last.safetensors");
   EXPECT_EQ(metrics_numbers(d / "a" / "metrics.csv"), metrics_numbers(d / "b" / "metrics.csv"));
   EXPECT_NE(read_file(d / "a" / "metrics.csv").find("loss_scale"), std::string::npos);

@@ -105,6 +105,8 @@ class GradScaler {
   const std::vector<float>& scale_history() const { return scale_history_; }
   // How many step() calls skipped opt.step() because a gradient overflowed.
   int64_t skipped_steps() const { return skipped_steps_; }
+  // A resumed run carries its count on (it is not part of state_dict(), as torch has none).
+  void set_skipped_steps(int64_t n) { skipped_steps_ = n; }
   // The name (Tensor::name(), or "parameter <i>" when it has none) of the first parameter in
   // the optimizer's order (optimizers in the order they were unscaled) whose gradient held an
   // inf or a NaN in the latest step; "" if none. Set by unscale_/step, kept after update() until

@@ -165,6 +165,7 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
     d.insert("growth_interval", Tensor::from_vector({double(g.options().growth_interval)}, {}, DType::i64));
     d.insert("_growth_tracker", Tensor::from_vector({double(j.at("growth_tracker").get<int64_t>())}, {}, DType::i32));
     g.load_state_dict(d);
+    g.set_skipped_steps(j.value("skipped_steps", int64_t(0)));
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: metadata 'train_state' has a bad 'scaler' entry ({})", path, e.what()));
   }
