@@ -656,5 +656,8 @@ TEST(TrainCli, MaxMemoryPlansTheRunOrRefusesItWithTheLadder) {
   expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--accum", "0", "--out",
                          (d / "r").string()},
                         d, {"--accum"});
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--grad-scaler", "sometimes",
+                         "--out", (d / "r").string()},
+                        d, {"--grad-scaler", "sometimes"});
   fs::remove_all(d);
 }

@@ -63,7 +63,7 @@ int cmd_bench_train(const BenchArgs& a) {
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   const DType precision = precision_dtype(a.precision);
   std::unique_ptr<optim::GradScaler> scaler;
-  if (precision == DType::f16) scaler = std::make_unique<optim::GradScaler>();
+  if (train::grad_scaler_on("auto", precision)) scaler = std::make_unique<optim::GradScaler>();
   train::Step step(*model, opt, scaler.get(), {.precision = precision});  // what `reckon train` runs
   std::vector<double> step_s;
   double loss_v = 0;

@@ -34,8 +34,7 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.precision == "fp32" || cfg.precision == "bf16" || cfg.precision == "fp16",
            "[ledger] unknown precision '{}' (fp32, bf16 or fp16)", cfg.precision);
   RK_CHECK(cfg.accum >= 1, "[ledger] accumulation must be at least 1 micro-batch, got {}", cfg.accum);
-  RK_CHECK(cfg.grad_scaler == "auto" || cfg.grad_scaler == "on" || cfg.grad_scaler == "off",
-           "[ledger] grad_scaler '{}' is not one of auto, on, off", cfg.grad_scaler);
+  train::grad_scaler_on(cfg.grad_scaler, DType::f32);  // throws naming --grad-scaler
   RK_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw", "[ledger] unknown optimizer '{}' (sgd or adamw)",
            cfg.optimizer);
   RK_CHECK(cfg.momentum >= 0.0, "[ledger] SGD momentum must be >= 0, got {}", cfg.momentum);
@@ -114,7 +113,7 @@ OpRecord in_phase(const OpRecord& r) {
 }
 
 std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
-  if (cfg.grad_scaler == "on" || (cfg.grad_scaler == "auto" && cfg.precision == "fp16"))
+  if (train::grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision)))
     return std::make_unique<optim::GradScaler>();
   return nullptr;
 }

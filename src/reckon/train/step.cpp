@@ -8,6 +8,11 @@
 
 namespace reckon::train {
 
+bool grad_scaler_on(const std::string& mode, DType precision) {
+  RK_CHECK(mode == "auto" || mode == "on" || mode == "off", "--grad-scaler '{}' is not one of auto, on, off", mode);
+  return mode == "on" || (mode == "auto" && precision == DType::f16);
+}
+
 Step::Step(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, StepConfig cfg)
     : model_(model), opt_(opt), scaler_(scaler), cfg_(cfg) {
   RK_CHECK(cfg.precision == DType::f32 || cfg.precision == DType::bf16 || cfg.precision == DType::f16,

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "reckon/core/tensor.h"
 
@@ -23,6 +24,11 @@ class GradScaler;
 }  // namespace reckon::optim
 
 namespace reckon::train {
+
+// The loss-scaling rule of `--grad-scaler MODE` (auto, on, off) at a precision: auto scales fp16
+// only (bf16 has f32's range). The trainer, the ledger and bench-train all ask here. Throws naming
+// --grad-scaler for another mode.
+bool grad_scaler_on(const std::string& mode, DType precision);
 
 struct StepConfig {
   DType precision = DType::f32;  // f32: no autocast; bf16 or f16: autocast to it

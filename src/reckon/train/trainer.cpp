@@ -143,13 +143,8 @@ void validate(const TrainConfig& c) {
   RK_CHECK(!c.out.empty(), "--out must name a directory");
   precision_dtype(c.precision);  // throws naming --precision
   RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
-  RK_CHECK(c.grad_scaler == "auto" || c.grad_scaler == "on" || c.grad_scaler == "off",
-           "--grad-scaler '{}' is not one of auto, on, off", c.grad_scaler);
+  grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
   RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
-}
-
-bool scaler_on(const TrainConfig& c) {
-  return c.grad_scaler == "on" || (c.grad_scaler == "auto" && c.precision == "fp16");
 }
 
 json scaler_json(const optim::GradScaler& g) {
@@ -573,7 +568,7 @@ TrainResult train(const TrainConfig& in) {
   auto opt = make_optimizer(cfg, model->parameters());
   auto sched = make_schedule(cfg, steps_per_epoch);
   std::unique_ptr<optim::GradScaler> scaler;
-  if (scaler_on(cfg)) scaler = std::make_unique<optim::GradScaler>();
+  if (grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision))) scaler = std::make_unique<optim::GradScaler>();
   Step step(*model, *opt, scaler.get(), {.precision = precision_dtype(cfg.precision), .label_smoothing = cfg.label_smoothing});
 
   // 4. Restore.
