@@ -11,7 +11,9 @@ momentum; inference: eval-mode forward under no-grad) it runs, in fresh processe
   PyTorch: this script's own worker (`--worker`), the same model from scripts/torch_models.py in
            channels_last, torch.set_num_threads(T), in an environment with OPENBLAS_CORETYPE
            unset and OPENBLAS_NUM_THREADS=1 (that subprocess only),
-both on one fixed random batch of the model's default input (data loading is not timed), in
+reckon's convolutions use its default algorithm (oneDNN picks per shape: Winograd for most 3x3
+stride-1 f32 convolutions here) unless --conv-algo direct; the report lists the kernels that ran.
+Both run on one fixed random batch of the model's default input (data loading is not timed), in
 each precision asked for (bf16/fp16: reckon's autocast, `--precision`; PyTorch's
 torch.autocast("cpu", dtype), with a GradScaler for fp16 in both), with
 a few untimed warm-up steps, and reports the median images/s over the repeats, the ratio
@@ -120,6 +122,8 @@ def main():
                     help="PyTorch's memory format for the model and input")
     ap.add_argument("--precisions", default="fp32", help="comma list of fp32, bf16, fp16")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--conv-algo", default=None, choices=["auto", "direct"],
+                    help="reckon's convolution algorithm (default: reckon's own default, auto)")
     # worker mode
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -153,7 +157,7 @@ def main():
         for _ in range(args.repeats):
             rk.append(run_json([args.reckon, "bench-train", model, "--batch", str(batch), "--steps", str(steps),
                                 "--warmup", str(warm), "--threads", str(args.threads), "--precision", prec,
-                                *flag]))
+                                *(["--conv-algo", args.conv_algo] if args.conv_algo else []), *flag]))
             pt.append(run_json([sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
                                 "--batch", str(batch), "--steps", str(steps), "--warmup", str(warm),
                                 "--threads", str(args.threads), "--torch-format", args.torch_format,
@@ -168,6 +172,7 @@ def main():
             "reckon_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in rk),
             "pytorch_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in pt),
             "reckon_runs": [r["images_per_s"] for r in rk], "pytorch_runs": [r["images_per_s"] for r in pt],
+            "reckon_conv_kernels": sorted(rk[0].get("conv_kernels", {})),
         }
         row["ratio"] = row["reckon_images_per_s"] / row["pytorch_images_per_s"]
         results.append(row)
@@ -185,6 +190,12 @@ def main():
               f"{r['reckon_images_per_s']:>12.0f} | {r['pytorch_images_per_s']:>13.0f} | {r['ratio']:>5.2f} | "
               f"{r['reckon_peak_rss_mib']:>10.0f} | {r['pytorch_peak_rss_mib']:>11.0f} | "
               f"{r['reckon_peak_tracked_mib']:>14.0f} |")
+    # Which kernels ran: reckon's oneDNN convolutions (implementation and call kind); PyTorch's
+    # convolutions go through its own oneDNN (mkldnn) build.
+    print("\nreckon's convolution kernels (oneDNN 2.6), per case:")
+    for r in results:
+        print(f"  {r['model']} {r['batch']} {r['mode']} {r['precision']}: "
+              f"{', '.join(r['reckon_conv_kernels']) or 'none'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

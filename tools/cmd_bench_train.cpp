@@ -16,6 +16,7 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/autocast.h"
+#include "reckon/ops/conv.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
 #include "reckon/train/step.h"
@@ -34,6 +35,7 @@ struct BenchArgs {
   bool inference = false;
   uint64_t seed = 0;
   std::string precision = "fp32";
+  std::string conv_algo;  // "" = as set (RECKON_CONV_ALGO or auto)
 };
 
 double peak_rss_mib() {
@@ -46,6 +48,13 @@ int cmd_bench_train(const BenchArgs& a) {
   RK_CHECK(a.batch >= 1 && a.steps >= 1 && a.warmup >= 0 && a.threads >= 0 && a.size >= 0,
            "bench-train: --batch and --steps must be >= 1, --warmup, --threads and --size >= 0");
   if (a.threads > 0) omp_set_num_threads(a.threads);
+  if (!a.conv_algo.empty()) {
+    try {
+      set_conv_algorithm(parse_conv_algorithm(a.conv_algo));
+    } catch (const Error& e) {
+      throw Error(fmt::format("--conv-algo: {}", e.what()));
+    }
+  }
   manual_seed(a.seed);
   auto model = nn::make_model(a.model, {});
   Shape in = nn::model_input_shape(a.model, {});
@@ -85,6 +94,8 @@ int cmd_bench_train(const BenchArgs& a) {
   }
   double total = 0;
   for (double d : step_s) total += d;
+  nlohmann::json kernels = nlohmann::json::object();  // the oneDNN convolutions that ran, per call kind
+  for (const auto& [name, count] : conv_kernels_used()) kernels[name] = count;
   std::vector<double> sorted = step_s;
   std::sort(sorted.begin(), sorted.end());
   double median = sorted[sorted.size() / 2];
@@ -102,6 +113,8 @@ int cmd_bench_train(const BenchArgs& a) {
                    {"median_step_ms", 1e3 * median},
                    {"peak_rss_mib", peak_rss_mib()},
                    {"peak_tracked_mib", double(st.peak_total_bytes) / (1 << 20)},
+                   {"conv_algorithm", conv_algorithm_name(conv_algorithm())},
+                   {"conv_kernels", kernels},
                    {"last_value", loss_v}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
@@ -118,6 +131,7 @@ tools::RegisterCommand reg_bench_train([](CLI::App& app, CLI::App*& sub) -> tool
   sub->add_option("--size", a.size, "input height = width (0: the model's default)")->capture_default_str();
   sub->add_option("--seed", a.seed, "random seed")->capture_default_str();
   sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast)")->capture_default_str();
+  sub->add_option("--conv-algo", a.conv_algo, "auto | direct (default: RECKON_CONV_ALGO, else auto)");
   sub->add_flag("--inference", a.inference, "time eval-mode forward passes under no-grad instead");
   return [] { return cmd_bench_train(a); };
 });

@@ -1,9 +1,39 @@
 #include "reckon/ops/conv.h"
 
+#include <atomic>
+#include <cstdlib>
+
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 
 namespace reckon {
+
+ConvAlgorithm parse_conv_algorithm(std::string_view s) {
+  if (s == "auto") return ConvAlgorithm::automatic;
+  if (s == "direct") return ConvAlgorithm::direct;
+  throw Error(fmt::format("[conv2d] unknown convolution algorithm '{}' (expected auto or direct)", s));
+}
+
+std::string_view conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::direct ? "direct" : "auto"; }
+
+namespace {
+ConvAlgorithm initial_conv_algorithm() {
+  const char* e = std::getenv("RECKON_CONV_ALGO");
+  if (e == nullptr || *e == '\0') return ConvAlgorithm::automatic;
+  try {
+    return parse_conv_algorithm(e);
+  } catch (const Error& err) {
+    throw Error(fmt::format("RECKON_CONV_ALGO: {}", err.what()));
+  }
+}
+std::atomic<ConvAlgorithm>& conv_algorithm_slot() {
+  static std::atomic<ConvAlgorithm> a{initial_conv_algorithm()};
+  return a;
+}
+}  // namespace
+
+void set_conv_algorithm(ConvAlgorithm a) { conv_algorithm_slot().store(a); }
+ConvAlgorithm conv_algorithm() { return conv_algorithm_slot().load(); }
 
 int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,
                       int64_t dilation, bool ceil_mode) {

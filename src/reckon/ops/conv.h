@@ -14,6 +14,23 @@ struct ConvAttrs {
   int64_t groups = 1;
 };
 
+// How the cpu kernels compute a convolution. `automatic` (the default) lets oneDNN choose per
+// shape, which on AVX-512 means Winograd F(4x4, 3x3) for most 3x3 stride-1 f32 convolutions
+// (4x fewer multiplications in its tile products; results differ from the direct sum by rounding, ~1e-6
+// relative); `direct` always sums the taps. Process-wide; the environment variable
+// RECKON_CONV_ALGO=direct|auto sets the starting value. The meta device plans with the same
+// choice, so the ledger accounts the workspace the chosen kernel takes. MACs are always
+// counted as the direct sum (the textbook's figure), whatever the algorithm.
+enum class ConvAlgorithm { automatic, direct };
+void set_conv_algorithm(ConvAlgorithm a);
+ConvAlgorithm conv_algorithm();
+std::string_view conv_algorithm_name(ConvAlgorithm a);  // "auto" | "direct"
+ConvAlgorithm parse_conv_algorithm(std::string_view s);  // or an Error naming the value
+// The oneDNN implementations the cpu conv kernels have run since the last reset, with counts
+// ("jit_wino_4x3:avx512_core fwd": 14, ...): benchmarks print which kernels ran.
+std::vector<std::pair<std::string, int64_t>> conv_kernels_used();
+void reset_conv_kernels_used();
+
 // Output spatial size of a conv/pool window, or an error naming op and sizes.
 int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,
                       int64_t dilation, bool ceil_mode = false);

@@ -385,7 +385,8 @@ int64_t forward_macs(const std::string& model_name, int64_t in_channels, int64_t
   return macs;
 }
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch) {
+EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
+                    DType precision) {
   auto t0 = Clock::now();
   EvalResult r;
   r.num_classes = ds.num_classes();
@@ -406,6 +407,7 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Norm
   data::Batch b;
   {
     NoGrad ng;
+    Autocast ac(precision);
     while (loader.next(b)) {
       check_labels(b, K, ds.name(), 0);
       Tensor logits = model(b.x);
@@ -538,8 +540,8 @@ TrainResult train(const TrainConfig& in) {
     cfg.accum = best->accum;
     cfg.precision = best->precision;
     cfg.recompute = best->recompute;
-    // Evaluation holds no gradients or saved activations: at the micro-batch it stays below the
-    // training step's peak, so the budget holds for the whole run.
+    // Evaluation (in the run's precision) holds no gradients or saved activations: at the
+    // micro-batch it stays below the training step's peak, so the budget holds for the whole run.
     cfg.eval_batch = std::min(cfg.eval_batch, cfg.batch);
     show.line(format_plan(p));
     tracker(Device::cpu).reset_peak();  // the planner's cpu calibration (if it ran) is not the run's
@@ -757,7 +759,7 @@ TrainResult train(const TrainConfig& in) {
     const double epoch_seconds = seconds_since(epoch_t0);
 
     // End of the epoch: evaluate, log, checkpoint.
-    EvalResult ev = evaluate(*model, *test_set, norm, cfg.eval_batch);
+    EvalResult ev = evaluate(*model, *test_set, norm, cfg.eval_batch, precision_dtype(cfg.precision));
     last_eval_seconds = ev.seconds;
     EpochStats es{.epoch = epoch + 1,
                   .train_loss = epoch_run.loss(),
@@ -799,7 +801,7 @@ TrainResult train(const TrainConfig& in) {
     show.line(fmt::format("loss scaling: {} of {} steps skipped, final scale {}", res.skipped_steps, prog.step,
                           res.loss_scale));
   }
-  if (res.final_eval.samples == 0) res.final_eval = evaluate(*model, *test_set, norm, cfg.eval_batch);
+  if (res.final_eval.samples == 0) res.final_eval = evaluate(*model, *test_set, norm, cfg.eval_batch, precision_dtype(cfg.precision));
   auto st = tracker(Device::cpu).stats();
   show.line(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak tracked "
                         "memory {:.1f} MiB",

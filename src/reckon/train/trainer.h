@@ -115,8 +115,12 @@ struct TrainResult {
 // not fit the dataset's images, or a checkpoint that does not match.
 TrainResult train(const TrainConfig& cfg);
 
-// Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds.
-EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch);
+// Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds, under
+// autocast to `precision` (f32: none) as a mixed-precision run trains: the forward then never
+// takes more memory than a training micro-batch of the same size (an fp32 forward could: its
+// convolutions may pick Winograd, whose workspace the bf16 ones do not need).
+EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
+                    DType precision = DType::f32);
 
 // `reckon eval`: builds model_name for data's test split, loads the checkpoint (a reckon
 // checkpoint or a plain state dict) and evaluates. normalize as TrainConfig::normalize,
