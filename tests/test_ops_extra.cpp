@@ -602,6 +602,30 @@ TEST(OpsExtra, MaxPoolTiesAndNaN) {
   }
 }
 
+TEST(OpsExtra, MaxPool2x2RowsOfAnyWidthMatchTheReferenceExactly) {
+  // The f32 2x2/2 kernel works on 16 outputs at a time: rows of 5, 14, 16 and 20 outputs (one
+  // partial chunk, one full, one full and a partial), odd input widths, ties and NaNs.
+  Generator g(3);
+  for (Shape s : std::vector<Shape>{{3, 2, 10, 10}, {2, 3, 28, 28}, {1, 2, 6, 33}, {2, 1, 9, 41}}) {
+    Tensor x = Tensor::empty(s);
+    fill_uniform_(x, -2, 2, g);
+    float* p = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (i % 7 == 0) p[i] = std::round(p[i]);  // ties
+      if (i % 29 == 3) p[i] = NAN;
+    }
+    std::vector<Tensor> fast = call<MaxPool2d>({x}, {{2, 2}, {2, 2}});
+    ForceReference f;
+    std::vector<Tensor> ref = call<MaxPool2d>({x}, {{2, 2}, {2, 2}});
+    auto y = fast[0].to_vector(), yr = ref[0].to_vector();
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (std::isnan(yr[i])) EXPECT_TRUE(std::isnan(y[i])) << shape_str(s) << " " << i;
+      else EXPECT_EQ(y[i], yr[i]) << shape_str(s) << " " << i;
+    }
+    EXPECT_EQ(fast[1].to_vector(), ref[1].to_vector()) << shape_str(s);
+  }
+}
+
 TEST(OpsExtra, BatchNormWithoutRunningStatsAndMetaDevice) {
   // The meta device runs no kernel: it neither needs nor touches data.
   Tensor xm = Tensor::empty({8, 16, 10, 10}, DType::f32, Device::meta);

@@ -11,6 +11,9 @@
 // Not oneDNN: its max pooling returns a workspace rather than PyTorch's indices, and its
 // average pooling divides ceil-mode windows that run past the padded input differently.
 #include <omp.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <limits>
@@ -81,6 +84,49 @@ void round_out(const float* acc, T* out, int64_t n) {
   }
 }
 
+#if defined(__AVX512F__)
+// One output row of an f32 2x2/2 max pool, 16 outputs at a time (GCC leaves the portable loop
+// below scalar and branchy for f32: a compare-and-jump per tap, mispredicted on real data).
+// Permutes split the even and odd columns of the two input rows; the taps are compared in the
+// portable loop's order (row 0 even, row 0 odd, row 1 even, row 1 odd) with its rule (a larger
+// value or a NaN takes the slot), and the winning tap's number gives the flat index in the plane.
+void max_pool_2x2_row_f32(const float* r0, const float* r1, int64_t b0, int64_t W, int64_t WO, float* yr,
+                          int64_t* ir) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i width = _mm512_set1_epi32(int32_t(W));
+  for (int64_t o = 0; o < WO; o += 16) {
+    const int64_t n = std::min<int64_t>(16, WO - o), nin = 2 * n;
+    const __mmask16 lo = nin >= 16 ? 0xFFFF : __mmask16((1u << nin) - 1);
+    const __mmask16 hi = nin <= 16 ? 0 : (nin >= 32 ? 0xFFFF : __mmask16((1u << (nin - 16)) - 1));
+    const float *a = r0 + 2 * o, *b = r1 + 2 * o;
+    const __m512 a0 = _mm512_maskz_loadu_ps(lo, a), a1 = _mm512_maskz_loadu_ps(hi, a + 16);
+    const __m512 c0 = _mm512_maskz_loadu_ps(lo, b), c1 = _mm512_maskz_loadu_ps(hi, b + 16);
+    __m512 m = _mm512_permutex2var_ps(a0, even, a1);
+    __m512i tap = _mm512_setzero_si512();
+    auto take = [&](__m512 v, int t) {
+      const __mmask16 k = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_mask_blend_ps(k, m, v);
+      tap = _mm512_mask_blend_epi32(k, tap, _mm512_set1_epi32(t));
+    };
+    take(_mm512_permutex2var_ps(a0, odd, a1), 1);
+    take(_mm512_permutex2var_ps(c0, even, c1), 2);
+    take(_mm512_permutex2var_ps(c0, odd, c1), 3);
+    const __mmask16 out = n >= 16 ? 0xFFFF : __mmask16((1u << n) - 1);
+    _mm512_mask_storeu_ps(yr + o, out, m);
+    // index = b0 + 2 * (o + lane) + (tap & 1) + (tap >> 1) * W
+    __m512i rel = _mm512_add_epi32(lane2, _mm512_and_si512(tap, _mm512_set1_epi32(1)));
+    rel = _mm512_add_epi32(rel, _mm512_mullo_epi32(_mm512_srli_epi32(tap, 1), width));
+    const __m512i base = _mm512_set1_epi64(b0 + 2 * o);
+    const __m512i i_lo = _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(rel)));
+    const __m512i i_hi = _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(rel, 1)));
+    _mm512_mask_storeu_epi64(ir + o, __mmask8(out & 0xFF), i_lo);
+    _mm512_mask_storeu_epi64(ir + o + 8, __mmask8(out >> 8), i_hi);
+  }
+}
+#endif
+
 template <class T>
 void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const PoolAttrs& a) {
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
@@ -113,6 +159,12 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
           const int64_t b0 = 2 * oh * W, b1 = b0 + W;
           T* yr = py + (p * HO + oh) * WO;
           int64_t* ir = pi + (p * HO + oh) * WO;
+#if defined(__AVX512F__)
+          if constexpr (kF32<T>) {
+            max_pool_2x2_row_f32(r0, r1, b0, W, WO, yr, ir);
+            continue;
+          }
+#endif
 #pragma omp simd
           for (int64_t ow = 0; ow < WO; ++ow) {
             float m = load(r0[2 * ow]);
