@@ -30,6 +30,10 @@ ConvAlgorithm parse_conv_algorithm(std::string_view s);  // or an Error naming t
 // ("jit_wino_4x3:avx512_core fwd": 14, ...): benchmarks print which kernels ran.
 std::vector<std::pair<std::string, int64_t>> conv_kernels_used();
 void reset_conv_kernels_used();
+// Whether this build has reckon's direct NCHW kernels for small layers (stride 1, fewer than 16
+// input channels, at most 16 outputs, rows of at most 64: LeNet-5's convolutions), which take
+// those layers from oneDNN: they need AVX-512 at build time (RECKON_NATIVE on such a cpu).
+bool conv_small_direct_available();
 
 // Output spatial size of a conv/pool window, or an error naming op and sizes.
 int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,

@@ -11,6 +11,7 @@
 
 #include <map>
 
+#include "reckon/kernels/cpu/conv_small.h"
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/dispatch.h"
@@ -126,6 +127,11 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   const Tensor &x = in[0], &w = in[1];
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
+  if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
+    conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
+    if (!ctx.planning()) count_use("reckon small_direct fwd");
+    return Support::yes();
+  }
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
   if (Support s = check(x, g); !s.ok) return s;
   auto t = dt(x.dtype());
@@ -158,6 +164,11 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
+  if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
+    conv_small::backward_input(ctx, dy, w, dx, a.conv);
+    if (!ctx.planning()) count_use("reckon small_direct bwd_data");
+    return Support::yes();
+  }
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
@@ -194,6 +205,11 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
+  if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
+    conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);
+    if (!ctx.planning()) count_use("reckon small_direct bwd_weights");
+    return Support::yes();
+  }
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());

@@ -1,0 +1,274 @@
+// Direct NCHW convolution for small layers: few input channels, at most 16 outputs, stride 1,
+// narrow maps (the first layers of MNIST/CIFAR-sized networks: LeNet-5's 1->6 and 6->16).
+// oneDNN's jit kernels want channels in blocks of 16, so a 1- or 6-channel tensor is padded to
+// 16 and reordered in and out, which here takes longer than the convolution itself (lenet5 at
+// batch 256: 1.6 ms of reorders and 3.9 ms of convolutions a step, on 2 threads). These loops
+// read and write the user's NCHW tensors. AVX-512 only (applies() is false elsewhere): rows are
+// at most 64 wide, so a row is 1-4 vectors held in registers while every tap is added in.
+//   forward:         y[o, oh, :]  = b[o] + sum over (c, kh, kw) of w[o, c, kh, kw] * xpad[c, oh + kh, kw :]
+//   backward data:   dx[c, ih, :] = sum over (o, kh, kw) of w[o, c, kh, kw] * dypad[o, ih + ph - kh, pw - kw :]
+//   backward weight: dw[o, c, kh, kw] = sum over (n, oh) of dy[n, o, oh, :] . xpad[n, c, oh + kh, kw :],
+//                    a vector of partial sums per tap and thread, summed at the end in a fixed
+//                    order (the same result for the same thread count)
+// Images are split over threads; each thread pads its image into its own zeroed buffer, so
+// padding costs no branch. Every buffer comes from the kernel context: the meta device plans it.
+#include <omp.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+#include "reckon/kernels/cpu/conv_small.h"
+
+namespace reckon {
+bool conv_small_direct_available() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+}  // namespace reckon
+
+namespace reckon::conv_small {
+
+bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t) {
+#if defined(__AVX512F__)
+  if (t != DType::f32 || a.groups != 1 || x.size() != 4 || w.size() != 4) return false;
+  if (a.stride[0] != 1 || a.stride[1] != 1 || a.dilation[0] != 1 || a.dilation[1] != 1) return false;
+  if (a.padding[0] >= w[2] || a.padding[1] >= w[3]) return false;
+  const int64_t C = x[1], O = w[0];
+  return C < 16 && O <= 16 && C * w[2] * w[3] <= 256 && x[3] + 2 * a.padding[1] <= 64;
+#else
+  (void)x, (void)w, (void)a, (void)t;
+  return false;
+#endif
+}
+
+#if defined(__AVX512F__)
+namespace {
+struct Geo {
+  int64_t N, C, H, W, O, KH, KW, HO, WO, ph, pw;
+};
+Geo geo(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.padding[0], a.padding[1]};
+}
+int threads() { return omp_get_max_threads(); }
+
+// Copies planes of h x w into a zeroed buffer of planes of hp x wp at offset (top, left): the
+// border stays zero.
+void pad_planes(const float* src, int64_t planes, int64_t h, int64_t w, float* dst, int64_t hp, int64_t wp,
+                int64_t top, int64_t left) {
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < h; ++i)
+      std::memcpy(dst + (p * hp + top + i) * wp + left, src + (p * h + i) * w, size_t(w) * sizeof(float));
+}
+
+__mmask16 tail_mask(int64_t n) {  // the valid lanes of a row's last vector
+  const int64_t r = n - 16 * ((n - 1) / 16);
+  return r >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << r) - 1);
+}
+
+// OB output rows of n <= 16 * NCH values each, row r at out + r * os: out_r[0:n] = init_r + sum
+// over planes p, rows k and taps j of wt_r(p, k, j) * in(p, k)[step * j : + n], where
+// in(p, k) = base + p * ps + k * rs and wt_r(p, k, j) = wbase[r * wos + p * wps + k * kws + j].
+// The OB rows share every input load and keep OB * NCH independent sums in registers (one
+// chain of fused multiply-adds would wait on its own latency). Forward rows are output channels;
+// backward-data rows are input channels and walk their taps backwards (step -1).
+struct RowSpec {
+  const float* base;
+  int64_t planes, ps, rows, rs, taps, step;
+  const float* wbase;
+  int64_t wos, wps, kws;
+};
+template <int NCH, int OB>
+void rows(const RowSpec& spec, const float* init, float* out, int64_t os, int64_t n) {
+  // Locals, not the struct: GCC keeps the sums in registers only when nothing it stores could
+  // alias what the loop reads.
+  const float* const base = spec.base;
+  const float* const wbase = spec.wbase;
+  const int64_t planes = spec.planes, ps = spec.ps, nrows = spec.rows, rs = spec.rs, taps = spec.taps;
+  const int64_t step = spec.step, wos = spec.wos, wps = spec.wps, kws = spec.kws;
+  const __mmask16 last = tail_mask(n);
+  __m512 acc[OB * NCH];
+#pragma GCC unroll 32
+  for (int i = 0; i < OB * NCH; ++i) acc[i] = _mm512_set1_ps(init ? init[i / NCH] : 0.0f);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t k = 0; k < nrows; ++k) {
+      const float* in = base + p * ps + k * rs;
+      const float* wt = wbase + p * wps + k * kws;
+      for (int64_t j = 0; j < taps; ++j) {
+        const float* v = in + step * j;
+        __m512 x[NCH];
+#pragma GCC unroll 4
+        for (int q = 0; q < NCH; ++q) x[q] = _mm512_maskz_loadu_ps(q == NCH - 1 ? last : __mmask16(0xFFFF), v + 16 * q);
+#pragma GCC unroll 8
+        for (int o = 0; o < OB; ++o) {
+          const __m512 wv = _mm512_set1_ps(wt[o * wos + j]);
+#pragma GCC unroll 4
+          for (int q = 0; q < NCH; ++q) acc[o * NCH + q] = _mm512_fmadd_ps(wv, x[q], acc[o * NCH + q]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+  for (int o = 0; o < OB; ++o)
+#pragma GCC unroll 4
+    for (int q = 0; q < NCH; ++q)
+      _mm512_mask_storeu_ps(out + o * os + 16 * q, q == NCH - 1 ? last : __mmask16(0xFFFF), acc[o * NCH + q]);
+}
+template <int NCH, int K = (NCH == 1 ? 8 : NCH == 2 ? 6 : 4)>  // at most 24 sums in registers
+void rows_blocked(RowSpec r, const float* init, float* out, int64_t os, int64_t outs, int64_t n) {
+  if constexpr (K >= 1) {
+    for (; outs >= K; outs -= K) {
+      rows<NCH, K>(r, init, out, os, n);
+      r.wbase += K * r.wos;
+      out += K * os;
+      if (init) init += K;
+    }
+    if (outs > 0) rows_blocked<NCH, K - 1>(r, init, out, os, outs, n);
+  }
+}
+// All `outs` rows (see rows()).
+void run_rows(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n) {
+  switch ((n + 15) / 16) {
+    case 1: return rows_blocked<1>(r, init, out, os, outs, n);
+    case 2: return rows_blocked<2>(r, init, out, os, outs, n);
+    case 3: return rows_blocked<3>(r, init, out, os, outs, n);
+    default: return rows_blocked<4>(r, init, out, os, outs, n);
+  }
+}
+
+// For KW neighbouring taps j: acc[j][0:16] += sum over rows k of dy(k)[0:n] * x(k)[j : j + n]
+// (n <= 16 * NCH; lanes past n read as zero). The taps share the dy loads and are KW
+// independent sums.
+template <int NCH, int KW>
+void dot_rows(const float* dy, int64_t dys, const float* x, int64_t xs, int64_t nrows, int64_t n, float* acc) {
+  const __mmask16 last = tail_mask(n);
+  __m512 s[KW];
+#pragma GCC unroll 8
+  for (int j = 0; j < KW; ++j) s[j] = _mm512_loadu_ps(acc + 16 * j);
+  for (int64_t k = 0; k < nrows; ++k) {
+    const float *d = dy + k * dys, *v = x + k * xs;
+#pragma GCC unroll 4
+    for (int q = 0; q < NCH; ++q) {
+      const __mmask16 m = q == NCH - 1 ? last : __mmask16(0xFFFF);
+      const __m512 dv = _mm512_maskz_loadu_ps(m, d + 16 * q);
+#pragma GCC unroll 8
+      for (int j = 0; j < KW; ++j) s[j] = _mm512_fmadd_ps(dv, _mm512_maskz_loadu_ps(m, v + j + 16 * q), s[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < KW; ++j) _mm512_storeu_ps(acc + 16 * j, s[j]);
+}
+template <int NCH, int K = 8>
+void dot_rows_kw(const float* dy, int64_t dys, const float* x, int64_t xs, int64_t nrows, int64_t n, int64_t kw,
+                 float* acc) {
+  if constexpr (K >= 1) {
+    for (; kw >= K; kw -= K, x += K, acc += 16 * K) dot_rows<NCH, K>(dy, dys, x, xs, nrows, n, acc);
+    if (kw > 0) dot_rows_kw<NCH, K - 1>(dy, dys, x, xs, nrows, n, kw, acc);
+  }
+}
+// kw taps in a row of the kernel (see dot_rows()).
+void run_dot_rows(const float* dy, int64_t dys, const float* x, int64_t xs, int64_t nrows, int64_t n, int64_t kw,
+                  float* acc) {
+  switch ((n + 15) / 16) {
+    case 1: return dot_rows_kw<1>(dy, dys, x, xs, nrows, n, kw, acc);
+    case 2: return dot_rows_kw<2>(dy, dys, x, xs, nrows, n, kw, acc);
+    case 3: return dot_rows_kw<3>(dy, dys, x, xs, nrows, n, kw, acc);
+    default: return dot_rows_kw<4>(dy, dys, x, xs, nrows, n, kw, acc);
+  }
+}
+}  // namespace
+
+void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a) {
+  const Geo g = geo(x.shape(), w.shape(), y.shape(), a);
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = g.C * Hp * Wp;
+  float* pads = ctx.scratch<float>(threads() * per);
+  if (ctx.planning()) return;
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b ? b->data<float>() : nullptr;
+  float* py = y.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    float* xp = pads + omp_get_thread_num() * per;
+    pad_planes(px + n * g.C * g.H * g.W, g.C, g.H, g.W, xp, Hp, Wp, g.ph, g.pw);
+    for (int64_t oh = 0; oh < g.HO; ++oh) {
+      RowSpec r{xp + oh * Wp, g.C, Hp * Wp, g.KH, Wp, g.KW, 1, pw, g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
+      run_rows(r, pb, py + (n * g.O * g.HO + oh) * g.WO, g.HO * g.WO, g.O, g.WO);
+    }
+  }
+}
+
+void backward_input(KernelCtx& ctx, const Tensor& dy, const Tensor& w, Tensor& dx, const ConvAttrs& a) {
+  const Geo g = geo(dx.shape(), w.shape(), dy.shape(), a);
+  // dy padded by KH-1 rows and KW-1 columns on each side: every tap of every dx element reads
+  // inside it, the ones that fall outside dy read zeros.
+  const int64_t Hp = g.HO + 2 * (g.KH - 1), Wp = g.WO + 2 * (g.KW - 1), per = g.O * Hp * Wp;
+  float* pads = ctx.scratch<float>(threads() * per);
+  if (ctx.planning()) return;
+  const float *pdy = dy.data<float>(), *pw = w.data<float>();
+  float* pdx = dx.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    float* dp = pads + omp_get_thread_num() * per;
+    pad_planes(pdy + n * g.O * g.HO * g.WO, g.O, g.HO, g.WO, dp, Hp, Wp, g.KH - 1, g.KW - 1);
+    for (int64_t ih = 0; ih < g.H; ++ih) {
+      // tap (kh, kw) reads dypad row ih + ph - kh + KH - 1 from column pw - kw + KW - 1
+      RowSpec r{dp + (ih + g.ph + g.KH - 1) * Wp + g.pw + g.KW - 1, g.O, Hp * Wp, g.KH, -Wp, g.KW, -1,
+                pw, g.KH * g.KW, g.C * g.KH * g.KW, g.KW};
+      run_rows(r, nullptr, pdx + (n * g.C * g.H + ih) * g.W, g.H * g.W, g.C, g.W);
+    }
+  }
+}
+
+void backward_weight(KernelCtx& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db, const ConvAttrs& a) {
+  const Geo g = geo(x.shape(), dw.shape(), dy.shape(), a);
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = g.C * Hp * Wp;
+  const int64_t taps = g.O * g.C * g.KH * g.KW;
+  const int64_t acc_per = (taps + g.O) * 16;  // a vector of partial sums per tap, then per bias
+  const int T = threads();
+  float* pads = ctx.scratch<float>(T * per);
+  float* accs = ctx.scratch<float>(T * acc_per);
+  float* ones = ctx.scratch<float>(16 * ((g.WO + 15) / 16));
+  if (ctx.planning()) return;
+  std::fill_n(ones, 16 * ((g.WO + 15) / 16), 1.0f);
+  const float *pdy = dy.data<float>(), *px = x.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    const int t = omp_get_thread_num();
+    float* xp = pads + t * per;
+    float* acc = accs + t * acc_per;
+    pad_planes(px + n * g.C * g.H * g.W, g.C, g.H, g.W, xp, Hp, Wp, g.ph, g.pw);
+    for (int64_t o = 0; o < g.O; ++o) {
+      const float* dyo = pdy + (n * g.O + o) * g.HO * g.WO;
+      if (db) run_dot_rows(dyo, g.WO, ones, 0, g.HO, g.WO, 1, acc + (taps + o) * 16);
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t kh = 0; kh < g.KH; ++kh)
+          run_dot_rows(dyo, g.WO, xp + (c * Hp + kh) * Wp, Wp, g.HO, g.WO, g.KW,
+                       acc + ((o * g.C + c) * g.KH + kh) * g.KW * 16);
+    }
+  }
+  float* pdw = dw.data<float>();
+  float* pdb = db ? db->data<float>() : nullptr;
+  for (int64_t i = 0; i < taps + (pdb ? g.O : 0); ++i) {
+    __m512 s = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) s = _mm512_add_ps(s, _mm512_loadu_ps(accs + t * acc_per + i * 16));
+    const float v = _mm512_reduce_add_ps(s);
+    if (i < taps) pdw[i] = v;
+    else pdb[i - taps] = v;
+  }
+}
+#else
+void forward(KernelCtx&, const Tensor&, const Tensor&, const Tensor*, Tensor&, const ConvAttrs&) {
+  throw Error("[conv2d] conv_small::forward needs AVX-512 (applies() is false without it)");
+}
+void backward_input(KernelCtx&, const Tensor&, const Tensor&, Tensor&, const ConvAttrs&) {
+  throw Error("[conv2d_backward_input] conv_small::backward_input needs AVX-512");
+}
+void backward_weight(KernelCtx&, const Tensor&, const Tensor&, Tensor&, Tensor*, const ConvAttrs&) {
+  throw Error("[conv2d_backward_weight] conv_small::backward_weight needs AVX-512");
+}
+#endif
+
+}  // namespace reckon::conv_small
