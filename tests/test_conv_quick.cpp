@@ -147,8 +147,8 @@ TEST(ConvAlgorithm, NamesParseAndABadOneIsAnError) {
 
 // Small layers (few channels, stride 1: LeNet-5's) run reckon's own direct NCHW kernels on
 // AVX-512 instead of oneDNN's channel-blocked ones. Rows of 10, 28, 33 and 50 outputs (one to
-// four vectors, partial last vectors), paddings 0-2, with and without bias, against the double
-// reference for forward and both backward ops.
+// four vectors, partial last vectors), 12-16 outputs (channels in the lanes), paddings 0-2,
+// with and without bias, against the double reference for forward and both backward ops.
 TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
   struct Case {
     Shape x, w;
@@ -158,7 +158,10 @@ TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
   const std::vector<Case> cases = {{{4, 6, 14, 14}, {16, 6, 5, 5}, 0, true},   // LeNet-5 conv2
                                    {{3, 1, 28, 28}, {6, 1, 5, 5}, 2, true},    // LeNet-5 conv1
                                    {{2, 3, 33, 31}, {5, 3, 3, 3}, 1, false},
-                                   {{2, 2, 9, 50}, {7, 2, 3, 2}, 1, true}};
+                                   {{2, 2, 9, 50}, {7, 2, 3, 2}, 1, true},
+                                   // 12-16 outputs: output channels in the lanes, 13 of 16 used
+                                   {{2, 2, 28, 28}, {13, 2, 3, 3}, 1, true},   // rows of 12 + 12 + 4 pixels
+                                   {{3, 4, 9, 9}, {16, 4, 3, 3}, 0, false}};
   Generator g(11);
   for (const Case& c : cases) {
     SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
