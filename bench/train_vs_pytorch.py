@@ -8,9 +8,11 @@
 For each case (model, batch) and mode (train: forward, cross entropy, backward, SGD with
 momentum; inference: eval-mode forward under no-grad) it runs, in fresh processes each time,
   reckon:  `reckon bench-train MODEL --batch B --steps S --threads T [--inference]`
-  PyTorch: this script's own worker (`--worker`), the same model from scripts/torch_models.py in
-           channels_last, torch.set_num_threads(T), in an environment with OPENBLAS_CORETYPE
-           unset and OPENBLAS_NUM_THREADS=1 (that subprocess only),
+  PyTorch: this script's own worker (`--worker`), the same model from scripts/torch_models.py,
+           torch.set_num_threads(T), in an environment with OPENBLAS_CORETYPE unset and
+           OPENBLAS_NUM_THREADS=1 (that subprocess only), in both memory formats (channels_last
+           and contiguous; the faster median is kept: at its best, which differs case by case
+           for lenet5),
 reckon's convolutions use its default algorithm (oneDNN picks per shape: Winograd for most 3x3
 stride-1 f32 convolutions here) unless --conv-algo direct; the report lists the kernels that ran.
 Both run on one fixed random batch of the model's default input (data loading is not timed), in
@@ -38,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 # against the original's 1.14 G), since "alexnet" in PyTorch usually means that one.
 CASES = [("lenet5", 64), ("lenet5", 256), ("resnet18_cifar", 128), ("alexnet", 16), ("alexnet_tv", 16)]
 STEPS = {
-    ("lenet5", "train"): 60, ("lenet5", "inference"): 100,
+    ("lenet5", "train"): 300, ("lenet5", "inference"): 500,
     ("resnet18_cifar", "train"): 4, ("resnet18_cifar", "inference"): 8,
     ("alexnet", "train"): 5, ("alexnet", "inference"): 10,
     ("alexnet_tv", "train"): 5, ("alexnet_tv", "inference"): 10,
@@ -118,8 +120,9 @@ def main():
     ap.add_argument("--cases", default=None, help="comma list of MODEL:BATCH (default: the issue's four)")
     ap.add_argument("--modes", default="train,inference")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count")
-    ap.add_argument("--torch-format", default="channels_last", choices=["channels_last", "contiguous"],
-                    help="PyTorch's memory format for the model and input")
+    ap.add_argument("--torch-format", default="best", choices=["best", "channels_last", "contiguous"],
+                    help="PyTorch's memory format for the model and input; best (default): run both, "
+                         "keep the faster median")
     ap.add_argument("--precisions", default="fp32", help="comma list of fp32, bf16, fp16")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--conv-algo", default=None, choices=["auto", "direct"],
@@ -153,16 +156,21 @@ def main():
         steps = max(1, int(round(STEPS.get((model, mode), 10) * args.steps_scale)))
         warm = WARMUP.get(model, 2)
         flag = ["--inference"] if mode == "inference" else []
-        rk, pt = [], []
+        formats = ["channels_last", "contiguous"] if args.torch_format == "best" else [args.torch_format]
+        rk, pts = [], {f: [] for f in formats}
         for _ in range(args.repeats):
             rk.append(run_json([args.reckon, "bench-train", model, "--batch", str(batch), "--steps", str(steps),
                                 "--warmup", str(warm), "--threads", str(args.threads), "--precision", prec,
                                 *(["--conv-algo", args.conv_algo] if args.conv_algo else []), *flag]))
-            pt.append(run_json([sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
-                                "--batch", str(batch), "--steps", str(steps), "--warmup", str(warm),
-                                "--threads", str(args.threads), "--torch-format", args.torch_format,
-                                "--precision", prec, *flag],
-                               env=torch_env))
+            for f in formats:
+                pts[f].append(run_json([sys.executable, os.path.abspath(__file__), "--worker", "--model", model,
+                                        "--batch", str(batch), "--steps", str(steps), "--warmup", str(warm),
+                                        "--threads", str(args.threads), "--torch-format", f,
+                                        "--precision", prec, *flag],
+                                       env=torch_env))
+        # PyTorch at its best: the memory format with the higher median.
+        torch_format = max(formats, key=lambda f: statistics.median(r["images_per_s"] for r in pts[f]))
+        pt = pts[torch_format]
         row = {
             "model": model, "batch": batch, "mode": mode, "precision": prec, "steps": steps,
             "threads": args.threads,
@@ -173,26 +181,30 @@ def main():
             "pytorch_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in pt),
             "reckon_runs": [r["images_per_s"] for r in rk], "pytorch_runs": [r["images_per_s"] for r in pt],
             "reckon_conv_kernels": sorted(rk[0].get("conv_kernels", {})),
+            "pytorch_format": torch_format,
+            "pytorch_format_medians": {f: statistics.median(r["images_per_s"] for r in pts[f]) for f in formats},
         }
         row["ratio"] = row["reckon_images_per_s"] / row["pytorch_images_per_s"]
         results.append(row)
         print(f"  {model} batch {batch} {mode} {prec}: reckon {row['reckon_images_per_s']:.0f} img/s, "
               f"pytorch {row['pytorch_images_per_s']:.0f} img/s", file=sys.stderr, flush=True)
 
-    print(f"\n{args.threads} threads, PyTorch {args.torch_format}, median of {args.repeats} runs each "
+    print(f"\n{args.threads} threads, PyTorch memory format {args.torch_format}, median of {args.repeats} runs each "
           f"(images/s; peak RSS in MiB)\n")
     hdr = f"| {'model':<15} | {'batch':>5} | {'mode':<9} | {'prec':<4} | {'reckon img/s':>12} | " \
-          f"{'pytorch img/s':>13} | {'ratio':>5} | {'reckon RSS':>10} | {'pytorch RSS':>11} | {'reckon tracked':>14} |"
+          f"{'pytorch img/s':>13} | {'torch format':<13} | {'ratio':>5} | {'reckon RSS':>10} | {'pytorch RSS':>11} | " \
+          f"{'reckon tracked':>14} |"
     print(hdr)
     print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
     for r in results:
         print(f"| {r['model']:<15} | {r['batch']:>5} | {r['mode']:<9} | {r['precision']:<4} | "
-              f"{r['reckon_images_per_s']:>12.0f} | {r['pytorch_images_per_s']:>13.0f} | {r['ratio']:>5.2f} | "
+              f"{r['reckon_images_per_s']:>12.0f} | {r['pytorch_images_per_s']:>13.0f} | {r['pytorch_format']:<13} | "
+              f"{r['ratio']:>5.2f} | "
               f"{r['reckon_peak_rss_mib']:>10.0f} | {r['pytorch_peak_rss_mib']:>11.0f} | "
               f"{r['reckon_peak_tracked_mib']:>14.0f} |")
     # Which kernels ran: reckon's oneDNN convolutions (implementation and call kind); PyTorch's
     # convolutions go through its own oneDNN (mkldnn) build.
-    print("\nreckon's convolution kernels (oneDNN 2.6), per case:")
+    print("\nreckon's convolution kernels (oneDNN 2.6 implementations; reckon small_direct: its own), per case:")
     for r in results:
         print(f"  {r['model']} {r['batch']} {r['mode']} {r['precision']}: "
               f"{', '.join(r['reckon_conv_kernels']) or 'none'}")

@@ -15,6 +15,7 @@
 #include "reckon/ledger/devices.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
@@ -316,7 +317,9 @@ TEST(Ledger, CpuKernelsPlanTheirWorkspaceOnMeta) {
     if (meta[i].kernel == "plan") {
       ++planned;
       EXPECT_EQ(meta[i].workspace_bytes, cpu[i].workspace_bytes);
+      EXPECT_EQ(meta[i].impl, cpu[i].impl);  // the same implementation chosen
     }
+    if (cpu[i].op.starts_with("conv2d")) EXPECT_FALSE(cpu[i].impl.empty());
     EXPECT_EQ(plain[i].workspace_bytes, 0);  // planning is off unless asked for
     EXPECT_NE(plain[i].kernel, "plan");
   }
@@ -375,6 +378,28 @@ TEST(Ledger, TimeOnEachDeviceAndAWholeRun) {
   EXPECT_NEAR(rows_s, l.times[0].step_s, 1e-9);
   const std::string text = format_ledger(l);
   EXPECT_NE(text.find("1,200,000 images x 90 epochs"), std::string::npos) << text;
+}
+
+// The meta device plans each convolution with the algorithm the cpu would run; one that plans
+// as Winograd is timed at the calibrated speedup over its direct FLOPs.
+TEST(Ledger, WinogradConvolutionsAreTimedAtTheCalibratedSpeedup) {
+  const DeviceSpec cpu = device_spec("cpu");
+  EXPECT_GE(cpu.winograd_speedup, 1.0);
+  const ConvAlgorithm before = conv_algorithm();
+  auto cpu_step = [](ConvAlgorithm a) {
+    set_conv_algorithm(a);
+    Ledger l = ledger("resnet18_cifar", config(32));
+    for (const auto& t : l.times)
+      if (t.device.name == "cpu") return t.compute_s;
+    ADD_FAILURE() << "no cpu time";
+    return 0.0;
+  };
+  const double direct = cpu_step(ConvAlgorithm::direct), automatic = cpu_step(ConvAlgorithm::automatic);
+  set_conv_algorithm(before);
+  if (cpu.winograd_speedup > 1.0) EXPECT_LT(automatic, direct);
+  else EXPECT_DOUBLE_EQ(automatic, direct);
+  std::printf("resnet18_cifar batch 32 compute time on the cpu: direct %.1f ms, auto %.1f ms (Winograd x%.2f)\n",
+              direct * 1e3, automatic * 1e3, cpu.winograd_speedup);
 }
 
 TEST(Ledger, DeviceCatalog) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
@@ -124,8 +125,10 @@ std::optional<DeviceSpec> read_cache() {
     d.fp16_flops = d.fp32_flops;
     d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
+    d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
     d.memory_bytes = physical_memory_bytes();
-    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.bandwidth_bytes <= 0) return std::nullopt;
+    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1)
+      return std::nullopt;
     return d;
   } catch (const std::exception&) {
     return std::nullopt;  // missing, old or damaged: calibrate again
@@ -153,7 +156,8 @@ void write_cache(const DeviceSpec& d, const std::string& when) {
                             {"fp32_gflops", d.fp32_flops / kG},
                             {"bf16_gflops", d.bf16_flops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
-                            {"op_overhead_us", d.op_overhead_s * 1e6}};
+                            {"op_overhead_us", d.op_overhead_s * 1e6},
+                            {"winograd_speedup", d.winograd_speedup}};
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   {
     std::ofstream o(tmp);
@@ -262,6 +266,23 @@ DeviceSpec calibrate_cpu() {
     }
     double s = best_of(20, chain);
     d.op_overhead_s = s / double(std::max<int64_t>(calls, 1));
+  }
+  {
+    // Winograd: a 3x3 convolution (64 -> 64 channels, 16x16, batch 32) that oneDNN runs as
+    // Winograd F(4x4, 3x3) on AVX-512, timed with the direct algorithm and with the default
+    // one. The ledger divides the FLOPs of convolutions that plan as Winograd by the ratio
+    // (1 where the default stays direct).
+    Tensor x = Tensor::empty({32, 64, 16, 16}), w = Tensor::empty({64, 64, 3, 3});
+    fill_uniform_(x, -1, 1);
+    fill_uniform_(w, -0.1, 0.1);
+    const ConvAlgorithm before = conv_algorithm();
+    auto time_with = [&](ConvAlgorithm a) {
+      set_conv_algorithm(a);
+      return best_of(7, [&] { conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1}); });
+    };
+    const double direct_s = time_with(ConvAlgorithm::direct), auto_s = time_with(ConvAlgorithm::automatic);
+    set_conv_algorithm(before);
+    d.winograd_speedup = std::max(1.0, direct_s / auto_s);
   }
   host_cache_release();  // the calibration's big blocks go back to the system
   d.description += " (calibrated)";

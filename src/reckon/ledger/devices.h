@@ -20,6 +20,9 @@ struct DeviceSpec {
   double bandwidth_bytes = 0;  // memory bandwidth, bytes per second
   int64_t memory_bytes = 0;    // device memory (the CPU: physical memory)
   double op_overhead_s = 0;    // fixed time per op call (dispatch, kernel launch)
+  // How much faster than its direct-sum FLOPs at peak a convolution runs when its kernel chose
+  // Winograd (the cpu: calibrated; 1 elsewhere, where reckon picks no algorithm).
+  double winograd_speedup = 1;
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
@@ -38,7 +41,8 @@ DeviceSpec device_spec(const std::string& name);
 
 // Measures this machine now (about a second): fp32 peak from the best of 15 1024^3 linear
 // ops, bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
-// 1-element relus run forward and backward (so autograd's share of each op call is in it).
+// 1-element relus run forward and backward (so autograd's share of each op call is in it), the
+// Winograd speedup from a 3x3 convolution timed direct and with the default algorithm.
 DeviceSpec calibrate_cpu();
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
 // ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count.

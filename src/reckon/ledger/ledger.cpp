@@ -286,6 +286,15 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
   }
 }
 
+// The FLOPs an op costs on a device: its declared ones, except that a convolution whose cpu
+// kernel chose Winograd (OpRecord::impl) runs the direct sum's FLOPs winograd_speedup times
+// faster on the calibrated cpu.
+double op_flops(const DeviceSpec& dev, const OpRecord& r) {
+  const double f = double(2 * r.cost.macs + r.cost.flops);
+  const bool winograd = dev.name == "cpu" && r.impl.find("wino") != std::string::npos;
+  return winograd ? f / dev.winograd_speedup : f;
+}
+
 // Roofline time of every op on one device; per row into time_s (or cpu_time_s).
 LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpRecord>& recs) {
   LedgerTime t;
@@ -294,7 +303,7 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpR
   t.peak_flops = dev.peak(t.precision);
   t.ridge = dev.ridge(t.precision);
   for (const OpRecord& r : recs) {
-    const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
+    const double flops = op_flops(dev, r), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
     const double tc = flops / dev.peak(op_precision(r)), tm = bytes / dev.bandwidth_bytes;
     if (tc >= tm) {
       t.compute_s += tc;
@@ -323,9 +332,9 @@ void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& d
   const std::string& p = L.config.precision;
   for (const OpRecord& r : recs) {
     LedgerRow& row = L.rows[index.at(row_key(r.scope))];
-    const double flops = double(2 * r.cost.macs + r.cost.flops), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    row.time_s += dev.op_time_s(flops, bytes, op_precision(r));
-    row.cpu_time_s += cpu.op_time_s(flops, bytes, op_precision(r));
+    const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
+    row.time_s += dev.op_time_s(op_flops(dev, r), bytes, op_precision(r));
+    row.cpu_time_s += cpu.op_time_s(op_flops(cpu, r), bytes, op_precision(r));
   }
   if (auto it = index.find("(optimizer)"); it != index.end()) {
     LedgerRow& row = L.rows[it->second];

@@ -190,7 +190,8 @@ std::string format_ledger(const Ledger& l) {
   }
   for (const auto& d : l.times)
     if (d.device.name == "cpu")
-      line(fmt::format("  cpu: {}; {}", d.device.description, d.device.source));
+      line(fmt::format("  cpu: {}; {}; a convolution planned as Winograd counts its direct FLOPs / {:.2f}",
+                       d.device.description, d.device.source, d.device.winograd_speedup));
   line(fmt::format("  {}: {} ops compute-bound, {} bandwidth-bound (ridge {:.1f} FLOP/B = {:.2f} TFLOP/s / {:.0f} GB/s)",
                    main.device.name, main.compute_bound_ops, main.memory_bound_ops, main.ridge, main.peak_flops / 1e12,
                    main.device.bandwidth_bytes / 1e9));
@@ -310,6 +311,7 @@ std::string ledger_json(const Ledger& l) {
                      {"bandwidth_bytes", d.device.bandwidth_bytes},
                      {"memory_bytes", d.device.memory_bytes},
                      {"op_overhead_s", d.device.op_overhead_s},
+                     {"winograd_speedup", d.device.winograd_speedup},
                      {"ridge_flops_per_byte", d.ridge},
                      {"step_s", d.step_s},
                      {"compute_s", d.compute_s},

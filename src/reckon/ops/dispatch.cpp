@@ -217,7 +217,7 @@ void note_failure(std::string_view op, std::span<const Tensor> in) {
 
 void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
             std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
-            int64_t workspace_bytes, int64_t saved_bytes) {
+            int64_t workspace_bytes, int64_t saved_bytes, std::string impl) {
   OpRecord r;
   r.op = op;
   r.scope = current_scope();
@@ -232,6 +232,7 @@ void report(std::string_view op, const Cost& cost, std::string_view kernel, std:
   r.macs_counted = macs_counted;
   r.workspace_bytes = workspace_bytes;
   r.saved_bytes = saved_bytes;
+  r.impl = std::move(impl);
   notify_ops(r);
 }
 

@@ -44,7 +44,7 @@ void check_same_device(std::string_view op, std::span<const Tensor> in, Device& 
 Tensor contiguous_copy(const Tensor& t);  // plain copy, no autograd
 void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
             std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
-            int64_t workspace_bytes, int64_t saved_bytes);
+            int64_t workspace_bytes, int64_t saved_bytes, std::string impl);
 void note_failure(std::string_view op, std::span<const Tensor> in);  // see last_op_failure()
 // Computing in f32 for a kernel without a bf16/f16 path: any floating tensor of in/out in bf16 or
 // f16? Then widen(ctx, in) gives f32 workspace copies of those inputs (others as they are),
@@ -87,6 +87,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
   std::string_view kernel = "none";
   std::string skipped;
   int64_t counted = -1, ws = 0;
+  std::string impl;
 
   if constexpr (HasViewKernel<Op>) {
     out.push_back(Op::view(in, attrs));
@@ -135,6 +136,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
         counted = ctx.macs_counted();
       }
       ws = ctx.workspace_bytes();
+      impl = ctx.impl();
     } else if (dev == Device::cuda) {
       throw Error(fmt::format("[{}] this build has no cuda kernels", Op::kName));
     } else if (dev == Device::meta) {
@@ -146,6 +148,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
           if (s.ok) {
             kernel = "plan";
             ws = ctx.workspace_bytes();
+            impl = ctx.impl();
           } else {
             skipped = s.why;
           }
@@ -188,7 +191,8 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
       }
     }
   }
-  if (observing_ops()) detail::report(Op::kName, cost, kernel, std::move(skipped), in, out, counted, ws, saved_bytes);
+  if (observing_ops()) detail::report(Op::kName, cost, kernel, std::move(skipped), in, out, counted, ws, saved_bytes,
+                                       std::move(impl));
   return out;
 }
 

@@ -80,6 +80,10 @@ class KernelCtx {
   // A tensor of workspace that lives as long as this context (the kernel call); meta when planning.
   Tensor workspace_tensor(const Shape& shape, DType dtype);
   // n zeroed elements of workspace that live as long as this context (the kernel call).
+  // The implementation a kernel chose when it has several (oneDNN's name for it, e.g.
+  // "jit_wino_4x3:avx512_core"); it goes into the op record, where the ledger times it.
+  void note_impl(std::string s) { impl_ = std::move(s); }
+  const std::string& impl() const { return impl_; }
   template <class T>
   T* scratch(int64_t n) {
     held_.push_back(workspace(n * int64_t(sizeof(T))));
@@ -90,6 +94,7 @@ class KernelCtx {
 
  private:
   Mode mode_ = Mode::run;
+  std::string impl_;
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
   int64_t workspace_bytes_ = 0;
@@ -114,6 +119,7 @@ struct OpRecord {
   Cost cost;
   std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)
   std::string skipped;      // why the fast kernel was not used ("" if it was)
+  std::string impl;         // the implementation the kernel chose, if it said (KernelCtx::note_impl)
   std::vector<Shape> in_shapes, out_shapes;
   std::vector<DType> in_dtypes;   // per input (f32 for an undefined one)
   int64_t macs_counted = -1;  // what the reference kernel counted, -1 if it did not run

@@ -93,17 +93,17 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_
 struct FwdPlan {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
-  std::string name;
+  std::string impl, name;  // oneDNN's implementation; with the call kind
 };
 struct BwdDataPlan {
   dnnl::convolution_backward_data::primitive_desc pd;
   dnnl::convolution_backward_data prim;
-  std::string name;
+  std::string impl, name;  // oneDNN's implementation; with the call kind
 };
 struct BwdWeightPlan {
   dnnl::convolution_backward_weights::primitive_desc pd;
   dnnl::convolution_backward_weights prim;
-  std::string name;
+  std::string impl, name;  // oneDNN's implementation; with the call kind
 };
 
 Support check(const Tensor& t, const ConvGeo& g) {
@@ -128,6 +128,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
+    ctx.note_impl("reckon small_direct");
     conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
     if (!ctx.planning()) count_use("reckon small_direct fwd");
     return Support::yes();
@@ -138,7 +139,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   static PlanCache<FwdPlan> cache;
   auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
     auto pd = fwd_pd(g, t, bias);
-    return FwdPlan{pd, dnnl::convolution_forward(pd), impl_name(pd, "fwd")};
+    return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str(), impl_name(pd, "fwd")};
   });
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
@@ -153,6 +154,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
   if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
+  ctx.note_impl(plan.impl);
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   if (!ctx.planning()) count_use(plan.name);
@@ -165,6 +167,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
+    ctx.note_impl("reckon small_direct");
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
     if (!ctx.planning()) count_use("reckon small_direct bwd_data");
     return Support::yes();
@@ -180,7 +183,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any), g.stride,
                                             g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
-    return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), impl_name(pd, "bwd_data")};
+    return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), pd.impl_info_str(), impl_name(pd, "bwd_data")};
   });
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
@@ -193,6 +196,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     hdx = ctx.workspace(int64_t(plan.pd.diff_src_desc().get_size()));
     dxm = memory(plan.pd.diff_src_desc(), engine(), hdx.raw_data());
   }
+  ctx.note_impl(plan.impl);
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
       {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
   reorder_out(ctx, dxm, dxu);
@@ -206,6 +210,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
+    ctx.note_impl("reckon small_direct");
     conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);
     if (!ctx.planning()) count_use("reckon small_direct bwd_weights");
     return Support::yes();
@@ -225,7 +230,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
                                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any),
                                                             g.stride, g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
-    return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), impl_name(pd, "bwd_weights")};
+    return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), pd.impl_info_str(), impl_name(pd, "bwd_weights")};
   });
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
@@ -240,6 +245,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
+  ctx.note_impl(plan.impl);
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
   if (!ctx.planning()) count_use(plan.name);
