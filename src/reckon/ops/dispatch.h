@@ -136,7 +136,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
         counted = ctx.macs_counted();
       }
       ws = ctx.workspace_bytes();
-      impl = ctx.impl();
+      if (observing_ops()) impl = ctx.impl();
     } else if (dev == Device::cuda) {
       throw Error(fmt::format("[{}] this build has no cuda kernels", Op::kName));
     } else if (dev == Device::meta) {

@@ -69,14 +69,15 @@ std::map<std::string, int64_t>& used() {
   static std::map<std::string, int64_t> m;
   return m;
 }
-void count_use(const std::string& name) {
+// The kernel ran (or, planning, would run) `impl` for a call of `kind` (fwd, bwd_data,
+// bwd_weights): the op record names it, and a real run counts it.
+void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
+  ctx.note_impl(impl);
+  if (ctx.planning()) return;
   std::lock_guard<std::mutex> g(g_used_mu);
-  ++used()[name];
+  ++used()[impl + " " + kind];
 }
-template <class Pd>
-std::string impl_name(const Pd& pd, const char* kind) {
-  return fmt::format("{} {}", pd.impl_info_str(), kind);
-}
+const std::string kSmallDirect = "reckon small_direct";
 
 dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_type t, bool bias) {
   auto any = tag::any;
@@ -93,17 +94,17 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_
 struct FwdPlan {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
-  std::string impl, name;  // oneDNN's implementation; with the call kind
+  std::string impl;  // oneDNN's name for the implementation it chose
 };
 struct BwdDataPlan {
   dnnl::convolution_backward_data::primitive_desc pd;
   dnnl::convolution_backward_data prim;
-  std::string impl, name;  // oneDNN's implementation; with the call kind
+  std::string impl;  // oneDNN's name for the implementation it chose
 };
 struct BwdWeightPlan {
   dnnl::convolution_backward_weights::primitive_desc pd;
   dnnl::convolution_backward_weights prim;
-  std::string impl, name;  // oneDNN's implementation; with the call kind
+  std::string impl;  // oneDNN's name for the implementation it chose
 };
 
 Support check(const Tensor& t, const ConvGeo& g) {
@@ -128,9 +129,8 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
-    ctx.note_impl("reckon small_direct");
+    ran(ctx, kSmallDirect, "fwd");
     conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
-    if (!ctx.planning()) count_use("reckon small_direct fwd");
     return Support::yes();
   }
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
@@ -139,7 +139,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   static PlanCache<FwdPlan> cache;
   auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
     auto pd = fwd_pd(g, t, bias);
-    return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str(), impl_name(pd, "fwd")};
+    return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str()};
   });
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
@@ -154,10 +154,9 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
   if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
-  ctx.note_impl(plan.impl);
+  ran(ctx, plan.impl, "fwd");
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
-  if (!ctx.planning()) count_use(plan.name);
   return Support::yes();
 }
 
@@ -167,9 +166,8 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
-    ctx.note_impl("reckon small_direct");
+    ran(ctx, kSmallDirect, "bwd_data");
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
-    if (!ctx.planning()) count_use("reckon small_direct bwd_data");
     return Support::yes();
   }
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
@@ -183,7 +181,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any), g.stride,
                                             g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
-    return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), pd.impl_info_str(), impl_name(pd, "bwd_data")};
+    return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), pd.impl_info_str()};
   });
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
@@ -196,11 +194,10 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     hdx = ctx.workspace(int64_t(plan.pd.diff_src_desc().get_size()));
     dxm = memory(plan.pd.diff_src_desc(), engine(), hdx.raw_data());
   }
-  ctx.note_impl(plan.impl);
+  ran(ctx, plan.impl, "bwd_data");
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
       {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
   reorder_out(ctx, dxm, dxu);
-  if (!ctx.planning()) count_use(plan.name);
   return Support::yes();
 }
 
@@ -210,9 +207,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
-    ctx.note_impl("reckon small_direct");
+    ran(ctx, kSmallDirect, "bwd_weights");
     conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);
-    if (!ctx.planning()) count_use("reckon small_direct bwd_weights");
     return Support::yes();
   }
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
@@ -230,7 +226,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
                                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any),
                                                             g.stride, g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
-    return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), pd.impl_info_str(), impl_name(pd, "bwd_weights")};
+    return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), pd.impl_info_str()};
   });
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
@@ -245,10 +241,9 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
-  ctx.note_impl(plan.impl);
+  ran(ctx, plan.impl, "bwd_weights");
   execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
-  if (!ctx.planning()) count_use(plan.name);
   return Support::yes();
 }
 
