@@ -386,18 +386,26 @@ TEST(Ledger, WinogradConvolutionsAreTimedAtTheCalibratedSpeedup) {
   const DeviceSpec cpu = device_spec("cpu");
   EXPECT_GE(cpu.winograd_speedup, 1.0);
   const ConvAlgorithm before = conv_algorithm();
-  auto cpu_step = [](ConvAlgorithm a) {
-    set_conv_algorithm(a);
-    Ledger l = ledger("resnet18_cifar", config(32));
+  int64_t winograd_ops[2] = {0, 0};
+  auto cpu_step = [&](const std::string& algo) {
+    LedgerConfig c = config(32);
+    c.conv_algo = algo;
+    Ledger l = ledger("resnet18_cifar", c);
+    EXPECT_EQ(conv_algorithm(), before) << "the ledger restores the process's algorithm";
+    winograd_ops[algo == "auto"] = l.totals.winograd_ops;
     for (const auto& t : l.times)
       if (t.device.name == "cpu") return t.compute_s;
     ADD_FAILURE() << "no cpu time";
     return 0.0;
   };
-  const double direct = cpu_step(ConvAlgorithm::direct), automatic = cpu_step(ConvAlgorithm::automatic);
-  set_conv_algorithm(before);
-  if (cpu.winograd_speedup > 1.0) EXPECT_LT(automatic, direct);
+  const double direct = cpu_step("direct"), automatic = cpu_step("auto");
+  EXPECT_EQ(winograd_ops[0], 0);
+  if (conv_small_direct_available()) EXPECT_GT(winograd_ops[1], 0) << "AVX-512: oneDNN picks Winograd";
+  if (cpu.winograd_speedup > 1.0 && winograd_ops[1] > 0) EXPECT_LT(automatic, direct);
   else EXPECT_DOUBLE_EQ(automatic, direct);
+  LedgerConfig bad = config(2);
+  bad.conv_algo = "fft";
+  EXPECT_NE(error_of([&] { ledger("lenet5", bad); }).find("--conv-algo"), std::string::npos);
   std::printf("resnet18_cifar batch 32 compute time on the cpu: direct %.1f ms, auto %.1f ms (Winograd x%.2f)\n",
               direct * 1e3, automatic * 1e3, cpu.winograd_speedup);
 }

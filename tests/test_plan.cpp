@@ -21,6 +21,7 @@
 #include "reckon/core/error.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
+#include "reckon/ops/conv.h"
 
 #include "test_util.h"
 
@@ -46,6 +47,7 @@ Ledger ledger_of(const PlanConfig& c, const PlanRung& r, bool measure) {
   lc.accum = r.accum;
   lc.precision = r.precision;
   lc.recompute = r.recompute;
+  if (r.direct_conv) lc.conv_algo = "direct";
   lc.input = c.input;
   lc.num_classes = c.num_classes;
   lc.optimizer = c.optimizer;
@@ -209,6 +211,68 @@ TEST(Plan, GenerousBudgetPicksTheFastestRung) {
   EXPECT_EQ(q.chosen, 0);
   EXPECT_NE(format_plan(q).find("reckon train lenet5 --batch 64 --accum 1 --precision fp32\n"), std::string::npos)
       << format_plan(q);
+}
+
+// ---- direct convolutions: a rung where Winograd's workspace is what does not fit ----
+
+TEST(Plan, DirectConvolutionsFollowARungThatWinogradsWorkspaceKeepsOut) {
+  // tinycnn at batch 256 in fp32: its 3x3 convolutions plan as Winograd on AVX-512.
+  PlanConfig c = config("tinycnn", 256, 0);
+  c.precisions = {"fp32"};
+  c.allow_recompute = false;
+  LedgerConfig lc;
+  lc.batch = 256;
+  lc.conv_algo = "auto";
+  const Ledger with_auto = ledger("tinycnn", lc);
+  lc.conv_algo = "direct";
+  const Ledger with_direct = ledger("tinycnn", lc);
+  if (with_auto.totals.winograd_ops == 0) {
+    // No Winograd here (a cpu without AVX-512): the algorithm changes nothing and no direct rung appears.
+    ASSERT_FALSE(conv_small_direct_available());
+    c.memory_bytes = with_auto.memory.peak_bytes - 1;
+    for (const auto& r : plan(c).ladder) EXPECT_FALSE(r.direct_conv);
+    return;
+  }
+  ASSERT_LT(with_direct.memory.peak_bytes, with_auto.memory.peak_bytes);
+  // A budget between the two peaks: the whole batch fits only with direct convolutions.
+  c.memory_bytes = (with_auto.memory.peak_bytes + with_direct.memory.peak_bytes) / 2;
+  Plan p = plan(c);
+  ASSERT_GE(p.ladder.size(), 3u) << format_plan(p);
+  EXPECT_FALSE(p.ladder[0].direct_conv);
+  EXPECT_FALSE(p.ladder[0].fits);
+  EXPECT_EQ(p.ladder[0].peak_bytes, with_auto.memory.peak_bytes);
+  EXPECT_TRUE(p.ladder[1].direct_conv);
+  EXPECT_EQ(p.ladder[1].micro_batch, 256);
+  EXPECT_TRUE(p.ladder[1].fits);
+  EXPECT_EQ(p.ladder[1].peak_bytes, with_direct.memory.peak_bytes);
+  EXPECT_DOUBLE_EQ(p.ladder[1].step_s, with_direct.times.front().step_s);
+  EXPECT_GT(p.ladder[1].step_s, p.ladder[0].step_s) << "direct is predicted slower (Winograd's calibrated speedup)";
+  // The default-algorithm walk goes on below it (a smaller micro-batch may be faster), and the
+  // choice is the fastest that fits, whichever algorithm.
+  EXPECT_TRUE(std::any_of(p.ladder.begin(), p.ladder.end(),
+                          [](const PlanRung& r) { return !r.direct_conv && r.micro_batch < 256 && r.fits; }))
+      << format_plan(p);
+  for (const auto& r : p.ladder)
+    if (r.fits) EXPECT_GE(r.step_s, p.best()->step_s * (1 - 1e-6));
+  const std::string text = format_plan(p);
+  EXPECT_NE(text.find("direct"), std::string::npos) << text;
+  EXPECT_NE(plan_train_command(p, p.ladder[1]).find(" --conv-algo direct"), std::string::npos);
+  EXPECT_EQ(plan_train_command(p, p.ladder[0]).find("--conv-algo"), std::string::npos);
+  EXPECT_EQ(json::parse(plan_json(p))["ladder"][1]["direct_conv"], true);
+  // The direct rung's real run on the cpu peaks where the ledger said.
+  Ledger measured = ledger_of(c, p.ladder[1], true);
+  ASSERT_TRUE(measured.measured.ran);
+  EXPECT_LE(measured.measured.memory.peak_bytes, c.memory_bytes + measured.measured.unplanned_workspace_bytes);
+  // Not asked for, or already direct: no such rung.
+  PlanConfig off = c;
+  off.allow_direct_conv = false;
+  for (const auto& r : plan(off).ladder) EXPECT_FALSE(r.direct_conv);
+  {
+    ConvAlgorithmScope direct(ConvAlgorithm::direct);
+    Plan q = plan(c);
+    for (const auto& r : q.ladder) EXPECT_FALSE(r.direct_conv);
+    EXPECT_TRUE(q.ladder[0].fits) << "under direct the whole batch fits";
+  }
 }
 
 // ---- the ladder's shape ----

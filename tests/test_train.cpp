@@ -653,6 +653,16 @@ TEST(TrainCli, MaxMemoryPlansTheRunOrRefusesItWithTheLadder) {
   expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--precision", "fp8", "--out",
                          (d / "r").string()},
                         d, {"--precision", "fp8"});
+  // --conv-algo direct: the run says so (and the plan's direct rungs pass it on).
+  CliResult direct = run_cli({"train", "tinycnn", "--data", "synthetic:1x28x28:64:10", "--epochs", "1", "--batch", "32",
+                              "--threads", "1", "--conv-algo", "direct", "--out", (d / "direct").string()},
+                             d);
+  ASSERT_EQ(direct.exit_code, 0) << direct.out << direct.err;
+  EXPECT_NE(direct.out.find("convolutions direct"), std::string::npos) << direct.out;
+  EXPECT_EQ(fit.out.find("convolutions direct"), std::string::npos) << fit.out;
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--conv-algo", "fft", "--out",
+                         (d / "r").string()},
+                        d, {"--conv-algo", "fft"});
   expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--accum", "0", "--out",
                          (d / "r").string()},
                         d, {"--accum"});

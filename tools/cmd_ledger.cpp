@@ -21,6 +21,7 @@ struct LedgerArgs {
   std::string precision = "fp32";
   int64_t accum = 1;
   bool recompute = false;
+  std::string conv_algo;
   std::string grad_scaler = "auto";
   std::string optimizer = "sgd";
   double momentum = 0.9;
@@ -65,6 +66,7 @@ int run(const LedgerArgs& a) {
   cfg.precision = a.precision;
   cfg.accum = a.accum;
   cfg.recompute = a.recompute;
+  cfg.conv_algo = a.conv_algo;
   cfg.grad_scaler = a.grad_scaler;
   cfg.optimizer = a.optimizer;
   cfg.momentum = a.momentum;
@@ -94,6 +96,7 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
       ->capture_default_str();
   sub->add_option("--accum", a.accum, "micro-batches per optimizer step (gradient accumulation)")->capture_default_str();
   sub->add_flag("--recompute", a.recompute, "recompute each block's activations in backward");
+  sub->add_option("--conv-algo", a.conv_algo, "auto | direct: the convolution algorithm (default: RECKON_CONV_ALGO, else auto)");
   sub->add_option("--grad-scaler", a.grad_scaler, "loss scaling: auto (fp16 only) | on | off")->capture_default_str();
   sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();

@@ -25,6 +25,7 @@ struct PlanArgs {
   double momentum = 0.9;
   std::string precisions = "fp32,bf16,fp16";
   bool no_recompute = false;
+  bool no_direct_conv = false;
   bool json = false;
   bool quiet = false;
 };
@@ -65,6 +66,7 @@ int run(const PlanArgs& a) {
   for (const auto& p : split(a.precisions, ","))
     if (!p.empty()) cfg.precisions.push_back(p);
   cfg.allow_recompute = !a.no_recompute;
+  cfg.allow_direct_conv = !a.no_direct_conv;
   if (!a.quiet && !a.json) cfg.progress = [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
   Plan p = plan(cfg);
   std::fputs((a.json ? plan_json(p) : format_plan(p)).c_str(), stdout);
@@ -87,6 +89,8 @@ tools::RegisterCommand reg_plan([](CLI::App& app, CLI::App*& sub) -> tools::Runn
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();
   sub->add_option("--precisions", a.precisions, "precisions to try, in ladder order")->capture_default_str();
   sub->add_flag("--no-recompute", a.no_recompute, "do not try recomputing activations");
+  sub->add_flag("--no-direct-conv", a.no_direct_conv,
+                "do not try direct convolutions where Winograd's workspace does not fit");
   sub->add_flag("--json", a.json, "print JSON instead of the table");
   sub->add_flag("--quiet", a.quiet, "no progress lines on stderr");
   return [] { return run(a); };

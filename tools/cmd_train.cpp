@@ -49,6 +49,8 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
   sub->add_option("--accum", c.accum, "gradient accumulation: optimizer step every K micro-batches of --batch")
       ->capture_default_str();
   sub->add_flag("--recompute", c.recompute, "recompute each block's activations in backward (saves memory)");
+  sub->add_option("--conv-algo", c.conv_algo,
+                  "auto | direct: convolution algorithm (direct: no Winograd workspace; default: RECKON_CONV_ALGO, else auto)");
   sub->add_option("--grad-scaler", c.grad_scaler, "dynamic loss scaling: auto (fp16 only) | on | off")
       ->capture_default_str();
   sub->add_option("--max-memory", max_memory,

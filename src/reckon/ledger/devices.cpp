@@ -275,13 +275,11 @@ DeviceSpec calibrate_cpu() {
     Tensor x = Tensor::empty({32, 64, 16, 16}), w = Tensor::empty({64, 64, 3, 3});
     fill_uniform_(x, -1, 1);
     fill_uniform_(w, -0.1, 0.1);
-    const ConvAlgorithm before = conv_algorithm();
     auto time_with = [&](ConvAlgorithm a) {
-      set_conv_algorithm(a);
+      ConvAlgorithmScope algo(a);
       return best_of(7, [&] { conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1}); });
     };
     const double direct_s = time_with(ConvAlgorithm::direct), auto_s = time_with(ConvAlgorithm::automatic);
-    set_conv_algorithm(before);
     d.winograd_speedup = std::max(1.0, direct_s / auto_s);
   }
   host_cache_release();  // the calibration's big blocks go back to the system

@@ -15,6 +15,7 @@
 
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/module.h"
+#include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
@@ -43,6 +44,13 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
+  if (!cfg.conv_algo.empty()) {
+    try {
+      parse_conv_algorithm(cfg.conv_algo);
+    } catch (const Error& e) {
+      throw Error(fmt::format("[ledger] --conv-algo: {}", e.what()));
+    }
+  }
   device_spec(cfg.device);  // throws naming the known devices
 }
 
@@ -258,6 +266,7 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
     row.bytes_moved += bytes;
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
     if (r.recompute) L.totals.recompute_macs += r.cost.macs;
+    if (r.impl.find("wino") != std::string::npos) L.totals.winograd_ops++;
     if (r.backward) {
       row.bwd_macs += r.cost.macs;
       row.bwd_flops += flops;
@@ -442,6 +451,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
                   const std::function<nn::Module*()>& cpu_model_of) {
   check_config(cfg);
   check_sample_shape(sample);
+  ConvAlgorithmScope algo(cfg.conv_algo);  // the meta step and the measured one alike
   Ledger L;
   L.model = label;
   L.model_type = model.type_name();

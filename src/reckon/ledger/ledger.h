@@ -33,6 +33,7 @@ struct LedgerConfig {
   std::string precision = "fp32";   // fp32, bf16 or fp16 (autocast, as `reckon train --precision`)
   int64_t accum = 1;                // micro-batches of `batch` per optimizer step (effective batch x accum)
   bool recompute = false;           // recompute blocks in backward (nn/recompute.h)
+  std::string conv_algo;            // "auto" | "direct" (ops/conv.h); "": the process's setting
   std::string grad_scaler = "auto"; // loss scaling: auto (fp16 only), on, off
   std::string optimizer = "sgd";    // "sgd" (with momentum below) or "adamw" (PyTorch defaults)
   double momentum = 0.9;            // SGD momentum (0: no momentum buffer)
@@ -78,6 +79,7 @@ struct LedgerTotals {
   int64_t bytes_moved = 0;
   int64_t saved_bytes = 0;
   int64_t recompute_macs = 0;     // forward MACs run again in backward (recomputation's price)
+  int64_t winograd_ops = 0;       // convolution calls whose kernel chose Winograd (OpRecord::impl)
   int64_t input_bytes = 0;        // the images of one step (x); targets are input-tagged too
   // Bytes the optimizer's update moves: it is no op yet, so one elementwise pass is assumed over
   // what the meta run shows it owns (reads params, grads, state; writes params, state).

@@ -11,6 +11,7 @@
 #include "reckon/ledger/devices.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/ops/conv.h"
 
 namespace reckon {
 
@@ -69,7 +70,8 @@ int precision_index(const PlanConfig& cfg, const std::string& p) {
 }
 
 std::string rung_label(const PlanRung& r) {
-  return fmt::format("{}, micro-batch {} x {}{}", r.precision, r.micro_batch, r.accum, r.recompute ? ", recompute" : "");
+  return fmt::format("{}, micro-batch {} x {}{}{}", r.precision, r.micro_batch, r.accum, r.recompute ? ", recompute" : "",
+                     r.direct_conv ? ", direct convolutions" : "");
 }
 
 std::string step_ms(double s) {
@@ -101,14 +103,19 @@ Plan plan(const PlanConfig& cfg) {
   P.device_memory_bytes = dev.memory_bytes;
 
   const std::vector<int64_t> micros = micro_batches(cfg.batch);
+  // Direct-convolution rungs only make sense when the process runs the default algorithm.
+  const bool try_direct = cfg.allow_direct_conv && conv_algorithm() == ConvAlgorithm::automatic;
   // One rung: one ledger() call on meta. *recomputed: whether recomputation ran any forward op
-  // again (false for a model without blocks to recompute).
-  auto run = [&](int64_t micro, const std::string& precision, bool recompute, bool* recomputed) {
+  // again (false for a model without blocks to recompute); *winograd: whether any convolution
+  // planned as Winograd.
+  auto run = [&](int64_t micro, const std::string& precision, bool recompute, bool direct, bool* recomputed,
+                 bool* winograd) {
     PlanRung r;
     r.micro_batch = micro;
     r.accum = cfg.batch / micro;
     r.precision = precision;
     r.recompute = recompute;
+    r.direct_conv = direct;
     if (cfg.progress) cfg.progress(rung_label(r));
     LedgerConfig lc;
     lc.batch = micro;
@@ -117,6 +124,7 @@ Plan plan(const PlanConfig& cfg) {
     lc.num_classes = cfg.num_classes;
     lc.precision = precision;
     lc.recompute = recompute;
+    if (direct) lc.conv_algo = "direct";
     lc.optimizer = cfg.optimizer;
     lc.momentum = cfg.momentum;
     lc.device = cfg.device;
@@ -127,20 +135,33 @@ Plan plan(const PlanConfig& cfg) {
     r.images_per_s = r.step_s > 0 ? double(cfg.batch) / r.step_s : 0;
     r.fits = r.peak_bytes <= cfg.memory_bytes;
     if (recomputed) *recomputed = l.totals.recompute_macs > 0;
+    if (winograd) *winograd = l.totals.winograd_ops > 0;
     return r;
   };
 
   // Without recomputation: for each precision, halve the micro-batch until a rung fits (smaller
   // micro-batches only add steps). first_fit[p]: the micro-batch that fitted (0: none).
+  // A rung that does not fit because of Winograd's workspace is tried with direct convolutions
+  // too, until one of those fits; first_fit is then the larger of the two.
   std::vector<int64_t> first_fit(cfg.precisions.size(), 0);
-  for (size_t p = 0; p < cfg.precisions.size(); ++p)
+  for (size_t p = 0; p < cfg.precisions.size(); ++p) {
+    bool direct_fitted = false;
     for (int64_t m : micros) {
-      P.ladder.push_back(run(m, cfg.precisions[p], false, nullptr));
+      bool winograd = false;
+      P.ladder.push_back(run(m, cfg.precisions[p], false, false, nullptr, &winograd));
       if (P.ladder.back().fits) {
-        first_fit[p] = m;
+        first_fit[p] = std::max(first_fit[p], m);
         break;
       }
+      if (try_direct && winograd && !direct_fitted) {
+        P.ladder.push_back(run(m, cfg.precisions[p], false, true, nullptr, nullptr));
+        if (P.ladder.back().fits) {
+          direct_fitted = true;
+          first_fit[p] = m;
+        }
+      }
     }
+  }
   // With recomputation: the same walk, from the whole batch down to just above the micro-batch
   // that fitted without it (from there on, recomputing is only slower); the whole batch is
   // always shown, so the ladder prices recomputation even when it is not needed.
@@ -149,7 +170,7 @@ Plan plan(const PlanConfig& cfg) {
     for (int64_t m : micros) {
       if (m != cfg.batch && m <= first_fit[p]) break;
       bool recomputed = true;
-      PlanRung r = run(m, cfg.precisions[p], true, &recomputed);
+      PlanRung r = run(m, cfg.precisions[p], true, false, &recomputed, nullptr);
       if (!recomputed) {  // no block to recompute: the rung is the one without
         P.recompute_applies = false;
         break;
@@ -162,7 +183,8 @@ Plan plan(const PlanConfig& cfg) {
   std::stable_sort(P.ladder.begin(), P.ladder.end(), [&](const PlanRung& a, const PlanRung& b) {
     if (a.recompute != b.recompute) return !a.recompute;
     if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
-    return precision_index(cfg, a.precision) < precision_index(cfg, b.precision);
+    if (a.precision != b.precision) return precision_index(cfg, a.precision) < precision_index(cfg, b.precision);
+    return !a.direct_conv && b.direct_conv;
   });
   // The fastest that fits; ties (within a part in a million) go to the smaller peak.
   for (int i = 0; i < int(P.ladder.size()); ++i) {
@@ -184,6 +206,7 @@ std::string plan_train_command(const Plan& p, const PlanRung& r) {
   std::string s = fmt::format("reckon train {} --batch {} --accum {} --precision {}", p.config.model, r.micro_batch,
                               r.accum, r.precision);
   if (r.recompute) s += " --recompute";
+  if (r.direct_conv) s += " --conv-algo direct";
   if (p.config.optimizer != "sgd") s += " --optimizer " + p.config.optimizer;
   return s;
 }
@@ -200,13 +223,14 @@ std::string format_plan(const Plan& p) {
     o += fmt::format("note: the budget is more than {}'s memory ({})\n", c.device, format_mib(p.device_memory_bytes));
   if (c.allow_recompute && !p.recompute_applies) o += "note: the model has no blocks to recompute\n";
   o += "\n";
-  o += fmt::format("  {:>2}  {:<9}  {:>13}  {:<9}  {:>10}  {:>7}  {:>9}  {:>9}  {}\n", "#", "precision", "micro x accum",
-                   "recompute", "peak MiB", "budget", "step ms", "images/s", "fits");
+  o += fmt::format("  {:>2}  {:<9}  {:>13}  {:<9}  {:<6}  {:>10}  {:>7}  {:>9}  {:>9}  {}\n", "#", "precision",
+                   "micro x accum", "recompute", "conv", "peak MiB", "budget", "step ms", "images/s", "fits");
   for (size_t i = 0; i < p.ladder.size(); ++i) {
     const PlanRung& r = p.ladder[i];
     const double use = 100.0 * double(r.peak_bytes) / double(c.memory_bytes);
-    o += fmt::format("  {:>2}  {:<9}  {:>13}  {:<9}  {:>10}  {:>6.0f}%  {:>9}  {:>9.1f}  {}{}\n", i + 1, r.precision,
-                     fmt::format("{} x {}", r.micro_batch, r.accum), r.recompute ? "yes" : "no", mib(r.peak_bytes), use,
+    o += fmt::format("  {:>2}  {:<9}  {:>13}  {:<9}  {:<6}  {:>10}  {:>6.0f}%  {:>9}  {:>9.1f}  {}{}\n", i + 1,
+                     r.precision, fmt::format("{} x {}", r.micro_batch, r.accum), r.recompute ? "yes" : "no",
+                     r.direct_conv ? "direct" : "auto", mib(r.peak_bytes), use,
                      step_ms(r.step_s), r.images_per_s, r.fits ? "yes" : "no",
                      int(i) == p.chosen ? "  <- recommended" : "");
   }
@@ -247,6 +271,7 @@ std::string plan_json(const Plan& p) {
   j["optimizer"] = c.optimizer;
   j["precisions"] = c.precisions;
   j["allow_recompute"] = c.allow_recompute;
+  j["allow_direct_conv"] = c.allow_direct_conv;
   j["recompute_applies"] = p.recompute_applies;
   j["search_s"] = p.search_s;
   json ladder = json::array();
@@ -255,6 +280,7 @@ std::string plan_json(const Plan& p) {
                       {"accum", r.accum},
                       {"precision", r.precision},
                       {"recompute", r.recompute},
+                      {"direct_conv", r.direct_conv},
                       {"peak_bytes", r.peak_bytes},
                       {"step_s", r.step_s},
                       {"images_per_s", r.images_per_s},

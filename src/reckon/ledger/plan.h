@@ -1,7 +1,8 @@
 // The plan: how to train a model at a given effective batch within a memory budget. It walks
 // the textbook's ladder — the run as asked (fp32, the whole batch at once), then mixed
 // precision, then gradient accumulation (a micro-batch of 8 accumulated 4 times is a batch of
-// 32), then recomputation of activations — and asks the ledger (ledger.h) for each rung's
+// 32), then recomputation of activations; direct convolutions where Winograd's workspace is what
+// does not fit — and asks the ledger (ledger.h) for each rung's
 // predicted peak and step time. Every rung is one ledger() call on the meta device, so a plan
 // costs no real memory and no real compute, and it cannot disagree with what the ledger says.
 //
@@ -34,6 +35,9 @@ struct PlanConfig {
   double momentum = 0.9;             // SGD momentum
   std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};  // tried in this order
   bool allow_recompute = true;       // also try recomputing each block's activations
+  // Also try direct convolutions where the default algorithm's kernels (Winograd) need
+  // workspace that keeps a rung from fitting. Only when the process's algorithm is auto.
+  bool allow_direct_conv = true;
   std::function<void(const std::string&)> progress;  // told which rung runs next (may be empty)
 };
 
@@ -42,6 +46,7 @@ struct PlanRung {
   int64_t micro_batch = 0, accum = 1;
   std::string precision;
   bool recompute = false;
+  bool direct_conv = false;          // convolutions forced direct (no Winograd workspace)
   int64_t peak_bytes = 0;            // predicted (ledger on meta)
   double step_s = 0;                 // predicted time of one optimizer step (all accum micro-batches) on cfg.device
   double images_per_s = 0;           // effective batch / step_s
@@ -68,23 +73,27 @@ struct Plan {
 //           of the batch when it is one; else the largest divisor <= batch / 2^k for each k);
 //           for each precision the micro-batch shrinks until a rung fits (smaller ones are only
 //           slower); with recomputation the same, from the whole batch down to just above the
-//           micro-batch that fitted without it. So the ladder holds every rung that could be
-//           the answer, and the whole batch with and without recomputation for each precision.
-//           Ladder order: recompute off before on, larger micro-batches first, precisions in
-//           cfg order. chosen is the fastest rung that fits (ties: the smaller peak).
+//           micro-batch that fitted without it. Where a rung without recomputation does not fit
+//           and its convolutions planned Winograd (allow_direct_conv, the process's algorithm
+//           auto), the same rung with direct convolutions follows it, until one fits (the
+//           default-algorithm walk goes on: a smaller micro-batch may still be faster). So the
+//           ladder holds every rung that could be the answer, and the whole batch with and
+//           without recomputation for each precision. Ladder order: recompute off before on,
+//           larger micro-batches first, precisions in cfg order, the default algorithm before
+//           direct. chosen is the fastest rung that fits (ties: the smaller peak).
 // Throws reckon::Error naming the flag (--batch, --memory, --precisions, model, --optimizer,
 // --device) for a bad config, and the ledger's error (naming the layer) for a shape that breaks.
 Plan plan(const PlanConfig& cfg);
 
 // The ladder as a table (what `reckon plan` prints, and the trainer's error when nothing fits):
-// a header, one row per rung (precision, micro-batch x accum, recompute, predicted peak, share
+// a header, one row per rung (precision, micro-batch x accum, recompute, conv algorithm, predicted peak, share
 // of the budget, step ms, images/s, fits), then "recommended: ..." with the `reckon train`
 // command line, or "nothing fits ..." with the smallest predicted peak.
 std::string format_plan(const Plan& p);
 std::string plan_json(const Plan& p);
 
 // The `reckon train` command line of one rung: "reckon train MODEL --batch 64 --accum 4
-// --precision bf16 [--recompute] [--optimizer adamw]".
+// --precision bf16 [--recompute] [--conv-algo direct] [--optimizer adamw]".
 std::string plan_train_command(const Plan& p, const PlanRung& r);
 
 }  // namespace reckon

@@ -106,6 +106,10 @@ std::string format_ledger(const Ledger& l) {
   line(fmt::format("  input {} {} ({}), {} classes, cross-entropy loss, {}", shape_str(l.input_shape),
                    l.config.precision == "fp32" ? "fp32" : l.config.precision + " autocast (f32 master weights)",
                    format_mib(t.input_bytes), l.num_classes, optimizer_desc(l.config)));
+  if (t.winograd_ops > 0)
+    line(fmt::format("  convolutions: {} calls of the step planned as Winograd (more workspace, fewer FLOPs; "
+                     "--conv-algo direct: none)",
+                     t.winograd_ops));
   if (l.config.accum > 1) {
     line(fmt::format("  gradient accumulation: {} micro-batches of {} = effective batch {} per optimizer step",
                      l.config.accum, l.input_shape[0], t.batch));
@@ -254,7 +258,8 @@ std::string ledger_json(const Ledger& l) {
   j["config"] = {{"batch", l.config.batch},         {"precision", l.config.precision},
                  {"optimizer", l.config.optimizer}, {"momentum", l.config.momentum},
                  {"device", l.config.device},       {"dataset_size", l.config.dataset_size},
-                 {"epochs", l.config.epochs},       {"plan_workspace", l.config.plan_workspace}};
+                 {"epochs", l.config.epochs},       {"plan_workspace", l.config.plan_workspace},
+                 {"conv_algo", l.config.conv_algo}};
   json rows = json::array();
   for (const auto& r : l.rows)
     rows.push_back({{"scope", r.scope},
@@ -288,6 +293,7 @@ std::string ledger_json(const Ledger& l) {
                  {"bytes_moved", t.bytes_moved},
                  {"saved_bytes", t.saved_bytes},
                  {"recompute_macs", t.recompute_macs},
+                 {"winograd_ops", t.winograd_ops},
                  {"micro_batch", l.input_shape.empty() ? 0 : l.input_shape[0]},
                  {"accum", l.config.accum},
                  {"precision", l.config.precision},

@@ -35,6 +35,11 @@ std::atomic<ConvAlgorithm>& conv_algorithm_slot() {
 void set_conv_algorithm(ConvAlgorithm a) { conv_algorithm_slot().store(a); }
 ConvAlgorithm conv_algorithm() { return conv_algorithm_slot().load(); }
 
+ConvAlgorithmScope::ConvAlgorithmScope(ConvAlgorithm a) : prev_(conv_algorithm()) { set_conv_algorithm(a); }
+ConvAlgorithmScope::ConvAlgorithmScope(const std::string& name)
+    : ConvAlgorithmScope(name.empty() ? conv_algorithm() : parse_conv_algorithm(name)) {}
+ConvAlgorithmScope::~ConvAlgorithmScope() { set_conv_algorithm(prev_); }
+
 int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,
                       int64_t dilation, bool ceil_mode) {
   RK_CHECK(stride > 0 && dilation > 0 && pad >= 0 && k > 0,

@@ -26,6 +26,18 @@ void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm();
 std::string_view conv_algorithm_name(ConvAlgorithm a);  // "auto" | "direct"
 ConvAlgorithm parse_conv_algorithm(std::string_view s);  // or an Error naming the value
+// Sets the algorithm while it lives, then restores the previous one; "" leaves it as it is.
+class ConvAlgorithmScope {
+ public:
+  explicit ConvAlgorithmScope(ConvAlgorithm a);
+  explicit ConvAlgorithmScope(const std::string& name);  // "auto" | "direct" | ""
+  ~ConvAlgorithmScope();
+  ConvAlgorithmScope(const ConvAlgorithmScope&) = delete;
+  ConvAlgorithmScope& operator=(const ConvAlgorithmScope&) = delete;
+
+ private:
+  ConvAlgorithm prev_;
+};
 // The oneDNN implementations the cpu conv kernels have run since the last reset, with counts
 // ("jit_wino_4x3:avx512_core fwd": 14, ...): benchmarks print which kernels ran.
 std::vector<std::pair<std::string, int64_t>> conv_kernels_used();

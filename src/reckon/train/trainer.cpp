@@ -20,6 +20,7 @@
 #include "reckon/io/metrics.h"
 #include "reckon/io/tensorboard.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op.h"
 #include "reckon/ops/node.h"
@@ -145,6 +146,13 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
   grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
   RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
+  if (!c.conv_algo.empty()) {
+    try {
+      parse_conv_algorithm(c.conv_algo);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--conv-algo: {}", e.what()));
+    }
+  }
 }
 
 json scaler_json(const optim::GradScaler& g) {
@@ -507,6 +515,7 @@ TrainResult train(const TrainConfig& in) {
   }
   validate(cfg);
   ThreadsGuard threads_guard(cfg.threads);
+  ConvAlgorithmScope conv_algo_scope(cfg.conv_algo);  // the plan below may switch it to direct
   const data::Augment augment = parse_augment(cfg.augment);
 
   // 2. Data, and whether the model fits it.
@@ -540,6 +549,10 @@ TrainResult train(const TrainConfig& in) {
     cfg.accum = best->accum;
     cfg.precision = best->precision;
     cfg.recompute = best->recompute;
+    if (best->direct_conv) {
+      cfg.conv_algo = "direct";
+      set_conv_algorithm(ConvAlgorithm::direct);  // until conv_algo_scope ends with the run
+    }
     // Evaluation (in the run's precision) holds no gradients or saved activations: at the
     // micro-batch it stays below the training step's peak, so the budget holds for the whole run.
     cfg.eval_batch = std::min(cfg.eval_batch, cfg.batch);
@@ -632,7 +645,8 @@ TrainResult train(const TrainConfig& in) {
                         cfg.precision,
                         scaler ? " with dynamic loss scaling" : "", cfg.batch, cfg.accum, cfg.batch * cfg.accum,
                         steps_per_epoch,
-                        cfg.recompute ? fmt::format(", recomputing {} blocks in backward", recompute_blocks) : ""));
+                        cfg.recompute ? fmt::format(", recomputing {} blocks in backward", recompute_blocks) : "") +
+            (conv_algorithm() == ConvAlgorithm::direct ? "; convolutions direct (no Winograd)" : ""));
   if (cfg.accum > 1)
     for (auto& [name, mod] : model->named_modules())
       if (mod->type_name() == "BatchNorm2d") {

@@ -45,6 +45,9 @@ struct TrainConfig {
   // effective batch is batch x accum; the last window of an epoch may be shorter).
   int64_t accum = 1;
   bool recompute = false;           // recompute each block's activations in backward
+  // The convolution algorithm for the run (ops/conv.h): "auto", "direct", or "" (the process's
+  // setting: RECKON_CONV_ALGO, else auto). --max-memory may choose direct.
+  std::string conv_algo;
   // Dynamic loss scaling (optim/grad_scaler.h): "auto" (on for fp16 only), "on", "off".
   std::string grad_scaler = "auto";
   // A memory budget in bytes (0: none). The run is planned to fit (reckon plan): batch x accum
