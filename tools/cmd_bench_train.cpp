@@ -48,13 +48,7 @@ int cmd_bench_train(const BenchArgs& a) {
   RK_CHECK(a.batch >= 1 && a.steps >= 1 && a.warmup >= 0 && a.threads >= 0 && a.size >= 0,
            "bench-train: --batch and --steps must be >= 1, --warmup, --threads and --size >= 0");
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  if (!a.conv_algo.empty()) {
-    try {
-      set_conv_algorithm(parse_conv_algorithm(a.conv_algo));
-    } catch (const Error& e) {
-      throw Error(fmt::format("--conv-algo: {}", e.what()));
-    }
-  }
+  if (!a.conv_algo.empty()) set_conv_algorithm(parse_conv_algorithm(a.conv_algo, "--conv-algo"));
   manual_seed(a.seed);
   auto model = nn::make_model(a.model, {});
   Shape in = nn::model_input_shape(a.model, {});

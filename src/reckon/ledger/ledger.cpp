@@ -44,13 +44,7 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
-  if (!cfg.conv_algo.empty()) {
-    try {
-      parse_conv_algorithm(cfg.conv_algo);
-    } catch (const Error& e) {
-      throw Error(fmt::format("[ledger] --conv-algo: {}", e.what()));
-    }
-  }
+  if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   device_spec(cfg.device);  // throws naming the known devices
 }
 

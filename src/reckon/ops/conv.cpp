@@ -8,10 +8,10 @@
 
 namespace reckon {
 
-ConvAlgorithm parse_conv_algorithm(std::string_view s) {
+ConvAlgorithm parse_conv_algorithm(std::string_view s, std::string_view source) {
   if (s == "auto") return ConvAlgorithm::automatic;
   if (s == "direct") return ConvAlgorithm::direct;
-  throw Error(fmt::format("[conv2d] unknown convolution algorithm '{}' (expected auto or direct)", s));
+  throw Error(fmt::format("{}: unknown convolution algorithm '{}' (expected auto or direct)", source, s));
 }
 
 std::string_view conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::direct ? "direct" : "auto"; }
@@ -20,11 +20,7 @@ namespace {
 ConvAlgorithm initial_conv_algorithm() {
   const char* e = std::getenv("RECKON_CONV_ALGO");
   if (e == nullptr || *e == '\0') return ConvAlgorithm::automatic;
-  try {
-    return parse_conv_algorithm(e);
-  } catch (const Error& err) {
-    throw Error(fmt::format("RECKON_CONV_ALGO: {}", err.what()));
-  }
+  return parse_conv_algorithm(e, "RECKON_CONV_ALGO");
 }
 std::atomic<ConvAlgorithm>& conv_algorithm_slot() {
   static std::atomic<ConvAlgorithm> a{initial_conv_algorithm()};

@@ -25,7 +25,8 @@ enum class ConvAlgorithm { automatic, direct };
 void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm();
 std::string_view conv_algorithm_name(ConvAlgorithm a);  // "auto" | "direct"
-ConvAlgorithm parse_conv_algorithm(std::string_view s);  // or an Error naming the value
+// "auto" | "direct", or an Error naming `source` (the flag or variable it came from) and the value.
+ConvAlgorithm parse_conv_algorithm(std::string_view s, std::string_view source = "[conv2d]");
 // Sets the algorithm while it lives, then restores the previous one; "" leaves it as it is.
 class ConvAlgorithmScope {
  public:

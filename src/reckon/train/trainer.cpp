@@ -146,13 +146,7 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
   grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
   RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
-  if (!c.conv_algo.empty()) {
-    try {
-      parse_conv_algorithm(c.conv_algo);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--conv-algo: {}", e.what()));
-    }
-  }
+  if (!c.conv_algo.empty()) parse_conv_algorithm(c.conv_algo, "--conv-algo");
 }
 
 json scaler_json(const optim::GradScaler& g) {
