@@ -147,11 +147,21 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
           Support s = Op::cpu(ctx, kin, out, attrs);
           if (s.ok) {
             kernel = "plan";
-            ws = ctx.workspace_bytes();
-            impl = ctx.impl();
           } else {
             skipped = s.why;
+            // As on the cpu: no low-precision kernel took the call, so it computes in f32 on
+            // widened copies (accounted here as they will be there).
+            if (detail::has_low_precision(kin, out)) {
+              bool wide_ok = false;
+              detail::run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
+                wide_ok = Op::cpu(ctx, win, wout, attrs).ok;
+                return true;
+              });
+              kernel = wide_ok ? "plan-f32" : "plan-ref-f32";
+            }
           }
+          ws = ctx.workspace_bytes();
+          impl = ctx.impl();
         }
       }
     }

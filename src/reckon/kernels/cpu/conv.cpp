@@ -137,25 +137,26 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   if (Support s = check(x, g); !s.ok) return s;
   auto t = dt(x.dtype());
   static PlanCache<FwdPlan> cache;
-  auto& plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
+  auto* plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
     auto pd = fwd_pd(g, t, bias);
     return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str()};
   });
+  if (!plan) return Support::no(kNoDnnlImpl);
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
   memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
   Tensor hx, hw, hy;
-  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
-  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
+  memory xm = reorder_to(ctx, xu, plan->pd.src_desc(), hx);
+  memory wm = reorder_to(ctx, wu, plan->pd.weights_desc(), hw);
   memory ym = yu;
-  if (plan.pd.dst_desc() != yu.get_desc()) {
-    hy = ctx.workspace(int64_t(plan.pd.dst_desc().get_size()));
-    ym = memory(plan.pd.dst_desc(), engine(), hy.raw_data());
+  if (plan->pd.dst_desc() != yu.get_desc()) {
+    hy = ctx.workspace(int64_t(plan->pd.dst_desc().get_size()));
+    ym = memory(plan->pd.dst_desc(), engine(), hy.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
-  if (bias) args[DNNL_ARG_BIAS] = memory(plan.pd.bias_desc(), engine(), in[2].raw_data());
-  ran(ctx, plan.impl, "fwd");
-  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  if (bias) args[DNNL_ARG_BIAS] = memory(plan->pd.bias_desc(), engine(), in[2].raw_data());
+  ran(ctx, plan->impl, "fwd");
+  execute(ctx, plan->prim, plan->pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   return Support::yes();
 }
@@ -174,7 +175,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
   static PlanCache<BwdDataPlan> cache;
-  auto& plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
+  auto* plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
     auto hint = fwd_pd(g, t, false);
     auto any = tag::any;
     dnnl::convolution_backward_data::desc d(algorithm(), memory::desc(g.x, t, any),
@@ -183,19 +184,20 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
     return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), pd.impl_info_str()};
   });
+  if (!plan) return Support::no(kNoDnnlImpl);
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
   memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
-  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
-  memory wm = reorder_to(ctx, wu, plan.pd.weights_desc(), hw);
+  memory dym = reorder_to(ctx, dyu, plan->pd.diff_dst_desc(), hdy);
+  memory wm = reorder_to(ctx, wu, plan->pd.weights_desc(), hw);
   memory dxm = dxu;
-  if (plan.pd.diff_src_desc() != dxu.get_desc()) {
-    hdx = ctx.workspace(int64_t(plan.pd.diff_src_desc().get_size()));
-    dxm = memory(plan.pd.diff_src_desc(), engine(), hdx.raw_data());
+  if (plan->pd.diff_src_desc() != dxu.get_desc()) {
+    hdx = ctx.workspace(int64_t(plan->pd.diff_src_desc().get_size()));
+    dxm = memory(plan->pd.diff_src_desc(), engine(), hdx.raw_data());
   }
-  ran(ctx, plan.impl, "bwd_data");
-  execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
+  ran(ctx, plan->impl, "bwd_data");
+  execute(ctx, plan->prim, plan->pd.scratchpad_desc(),
       {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
   reorder_out(ctx, dxm, dxu);
   return Support::yes();
@@ -215,7 +217,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
   static PlanCache<BwdWeightPlan> cache;
-  auto& plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
+  auto* plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
     auto hint = fwd_pd(g, t, a.with_bias);
     auto any = tag::any;
     auto d = a.with_bias
@@ -228,21 +230,22 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
     return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), pd.impl_info_str()};
   });
+  if (!plan) return Support::no(kNoDnnlImpl);
   memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
   Tensor hdy, hx, hdw;
-  memory dym = reorder_to(ctx, dyu, plan.pd.diff_dst_desc(), hdy);
-  memory xm = reorder_to(ctx, xu, plan.pd.src_desc(), hx);
+  memory dym = reorder_to(ctx, dyu, plan->pd.diff_dst_desc(), hdy);
+  memory xm = reorder_to(ctx, xu, plan->pd.src_desc(), hx);
   memory dwm = dwu;
-  if (plan.pd.diff_weights_desc() != dwu.get_desc()) {
-    hdw = ctx.workspace(int64_t(plan.pd.diff_weights_desc().get_size()));
-    dwm = memory(plan.pd.diff_weights_desc(), engine(), hdw.raw_data());
+  if (plan->pd.diff_weights_desc() != dwu.get_desc()) {
+    hdw = ctx.workspace(int64_t(plan->pd.diff_weights_desc().get_size()));
+    dwm = memory(plan->pd.diff_weights_desc(), engine(), hdw.raw_data());
   }
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
-  if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan.pd.diff_bias_desc(), engine(), out[1].raw_data());
-  ran(ctx, plan.impl, "bwd_weights");
-  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan->pd.diff_bias_desc(), engine(), out[1].raw_data());
+  ran(ctx, plan->impl, "bwd_weights");
+  execute(ctx, plan->prim, plan->pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
   return Support::yes();
 }

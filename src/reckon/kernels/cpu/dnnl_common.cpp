@@ -12,6 +12,40 @@ dnnl::stream& stream() {
   return s;
 }
 
+bool bf16_kernels_available() {
+  static const bool ok = [] {
+    using dnnl::memory;
+    const auto t = memory::data_type::bf16;
+    const auto any = memory::format_tag::any;
+    try {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                        memory::desc({1, 16, 8, 8}, t, any), memory::desc({16, 16, 3, 3}, t, any),
+                                        memory::desc({1, 16, 8, 8}, t, any), {1, 1}, {1, 1}, {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(d, engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+std::string cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "SSE4.1";
+    case dnnl::cpu_isa::avx: return "AVX";
+    case dnnl::cpu_isa::avx2: return "AVX2";
+    case dnnl::cpu_isa::avx512_mic: return "AVX-512 (Xeon Phi)";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "AVX-512 (Xeon Phi, 4ops)";
+    case dnnl::cpu_isa::avx512_core: return "AVX-512";
+    case dnnl::cpu_isa::avx512_core_vnni: return "AVX-512 with VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16: return "AVX-512 with VNNI and BF16";
+    case dnnl::cpu_isa::avx512_core_amx: return "AVX-512 with AMX";
+    case dnnl::cpu_isa::avx2_vnni: return "AVX2 with VNNI";
+    default: return "generic";
+  }
+}
+
 void execute(KernelCtx& ctx, const dnnl::primitive& p, const dnnl::memory::desc& scratch_desc,
              std::unordered_map<int, dnnl::memory> args) {
   Tensor scratch;

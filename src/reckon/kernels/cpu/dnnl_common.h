@@ -4,6 +4,7 @@
 #pragma once
 #include <dnnl.hpp>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -14,6 +15,13 @@ namespace reckon::dnnl_util {
 
 dnnl::engine& engine();
 dnnl::stream& stream();
+
+// Whether oneDNN has bf16 convolution and matmul kernels on this cpu (AVX-512 and up for the
+// oneDNN 2.6 of Debian 12; not on an AVX2-only cpu, where bf16 calls compute in f32 on widened
+// copies). Probed once by planning a small bf16 convolution. The ISA oneDNN dispatches to, in
+// its own words ("Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions", ...).
+bool bf16_kernels_available();
+std::string cpu_isa_name();
 
 inline dnnl::memory::data_type dt(DType t) {
   switch (t) {
@@ -45,22 +53,35 @@ inline dnnl::primitive_attr default_attr() {
   return a;
 }
 
-// Cache of planned primitives (pd + primitive), one per op kind and key.
+// Cache of planned primitives (pd + primitive), one per op kind and key. A call oneDNN has no
+// implementation for on this cpu (bf16 without AVX-512, say) is remembered too: get() returns
+// null for it, and the kernel declines the call (the dispatcher then computes in f32 or runs the
+// reference), so a missing ISA is a slower path, never an error.
 template <class Entry>
 class PlanCache {
  public:
   template <class Make>
-  Entry& get(const std::string& key, Make&& make) {
+  Entry* get(const std::string& key, Make&& make) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(key);
-    if (it == map_.end()) it = map_.emplace(key, make()).first;
-    return it->second;
+    if (it == map_.end()) {
+      std::optional<Entry> e;
+      try {
+        e.emplace(make());
+      } catch (const dnnl::error& err) {
+        if (err.status != dnnl_unimplemented) throw;
+      }
+      it = map_.emplace(key, std::move(e)).first;
+    }
+    return it->second ? &*it->second : nullptr;
   }
 
  private:
   std::mutex mu_;
-  std::unordered_map<std::string, Entry> map_;
+  std::unordered_map<std::string, std::optional<Entry>> map_;
 };
+// Why a kernel declined a call whose plan oneDNN could not make.
+inline constexpr const char* kNoDnnlImpl = "oneDNN has no implementation of this call on this cpu";
 
 // Runs a primitive with the scratchpad it asks for (tagged workspace). When the context is
 // planning (the meta device) both functions make the same workspace requests and touch no data.

@@ -52,17 +52,18 @@ Support Matmul::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   }
   auto t = dt(x.dtype());
   std::string key = fmt::format("{}:{}:{}:{}:{}:{}:{}", batch, m, n, k, a.trans_a, a.trans_b, int(x.dtype()));
-  auto& plan = cache().get(key, [&] {
+  auto* plan = cache().get(key, [&] {
     auto ad = mat_desc(batch, m, k, a.trans_a, t);
     auto bd = mat_desc(batch, k, n, a.trans_b, t);
     auto cd = mat_desc(batch, m, n, false, t);
     auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), default_attr(), engine());
     return MatmulPlan{pd, dnnl::matmul(pd)};
   });
-  execute(ctx, plan.prim, plan.pd.scratchpad_desc(),
-      {{DNNL_ARG_SRC, mem(plan.pd.src_desc(), x)},
-       {DNNL_ARG_WEIGHTS, mem(plan.pd.weights_desc(), w)},
-       {DNNL_ARG_DST, mem(plan.pd.dst_desc(), y)}});
+  if (!plan) return Support::no(kNoDnnlImpl);
+  execute(ctx, plan->prim, plan->pd.scratchpad_desc(),
+      {{DNNL_ARG_SRC, mem(plan->pd.src_desc(), x)},
+       {DNNL_ARG_WEIGHTS, mem(plan->pd.weights_desc(), w)},
+       {DNNL_ARG_DST, mem(plan->pd.dst_desc(), y)}});
   return Support::yes();
 }
 
@@ -77,7 +78,7 @@ Support Linear::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   if (n == 0 || k == 0 || o == 0) return Support::no("empty matrix");
   auto t = dt(x.dtype());
   std::string key = fmt::format("{}:{}:{}:{}:{}", n, k, o, bias, int(x.dtype()));
-  auto& plan = cache().get("linear:" + key, [&] {
+  auto* plan = cache().get("linear:" + key, [&] {
     auto ad = mat_desc(1, n, k, false, t);
     auto bd = mat_desc(1, k, o, true, t);  // w (OUT, IN) read as (IN, OUT)
     auto cd = mat_desc(1, n, o, false, t);
@@ -86,11 +87,12 @@ Support Linear::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
     auto pd = dnnl::matmul::primitive_desc(md, default_attr(), engine());
     return MatmulPlan{pd, dnnl::matmul(pd)};
   });
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, mem(plan.pd.src_desc(), x)},
-                                          {DNNL_ARG_WEIGHTS, mem(plan.pd.weights_desc(), w)},
-                                          {DNNL_ARG_DST, mem(plan.pd.dst_desc(), y)}};
-  if (bias) args[DNNL_ARG_BIAS] = mem(plan.pd.bias_desc(), in[2]);
-  execute(ctx, plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  if (!plan) return Support::no(kNoDnnlImpl);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, mem(plan->pd.src_desc(), x)},
+                                          {DNNL_ARG_WEIGHTS, mem(plan->pd.weights_desc(), w)},
+                                          {DNNL_ARG_DST, mem(plan->pd.dst_desc(), y)}};
+  if (bias) args[DNNL_ARG_BIAS] = mem(plan->pd.bias_desc(), in[2]);
+  execute(ctx, plan->prim, plan->pd.scratchpad_desc(), std::move(args));
   return Support::yes();
 }
 
