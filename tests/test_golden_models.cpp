@@ -9,6 +9,13 @@
 //   resnet18_cifar  45 MB of weights would not do: the initial weights come from the "hash-v1"
 //                   formula (formula_init below, the same as make_golden.py's), and the file
 //                   stores only a few parameters' gradients and updated values.
+// resnet18_cifar's step is not smooth at the golden point: with the reference kernels, a change
+// of the input by 1e-6 relative (random, per element) moves early layers' gradients by up to 2%
+// of their largest element, as some ReLU decision flips (measured 2026-12-01). The fast kernels'
+// f32 summation order, which differs by cpu (oneDNN's AVX2 and AVX-512 kernels), crosses that
+// point too. So its step is checked twice: on the reference kernels against every tolerance
+// above, and on the fast kernels with the logits and loss at 1e-4, each gradient's direction
+// (cosine >= 0.999) and norm (within 2e-3), and the updated weights at 1e-3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "reckon/io/safetensors.h"
+#include "reckon/ops/op.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/functional.h"
 #include "reckon/optim/optim.h"
@@ -101,7 +109,24 @@ void expect_close(const std::string& what, const Tensor& got, const Tensor& want
                     << (worst_i >= 0 ? g[size_t(worst_i)] : 0.0) << " torch " << (worst_i >= 0 ? w[size_t(worst_i)] : 0.0);
 }
 
-void check_step(const std::string& model) {
+// How closely the step is compared: kRtol everywhere, or (Tolerance::kinked) as the file
+// comment says for a step run across a point where its gradient jumps.
+enum class Tolerance { strict, kinked };
+
+double cosine(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector(), y = b.to_vector();
+  double xy = 0, xx = 0, yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += x[i] * y[i];
+    xx += x[i] * x[i];
+    yy += y[i] * y[i];
+  }
+  return xy / std::sqrt(xx * yy + 1e-300);
+}
+
+void check_step(const std::string& model, Tolerance tol = Tolerance::strict) {
+  const bool strict = tol == Tolerance::strict;
+  const double norm_rtol = strict ? kRtol : 2e-3, update_rtol = strict ? kRtol : 1e-3;
   const std::string file = std::string(RECKON_SOURCE_DIR) + "/golden/models/" + model + "_step.safetensors";
   SCOPED_TRACE("golden file " + file);
   SafetensorsFile f;
@@ -164,13 +189,17 @@ void check_step(const std::string& model) {
     ASSERT_TRUE(p.grad().defined()) << "no gradient reached " << name;
     double ss = 0;
     for (double v : p.grad().to_vector()) ss += v * v;
-    EXPECT_NEAR(std::sqrt(ss), norms.get(int64_t(i)), kRtol * norms.get(int64_t(i)) + 1e-12)
+    EXPECT_NEAR(std::sqrt(ss), norms.get(int64_t(i)), norm_rtol * norms.get(int64_t(i)) + 1e-12)
         << "norm of the gradient of " << name;
   }
   for (const auto& name : stored) {
     auto it = std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == name; });
     ASSERT_NE(it, params.end()) << name;
-    expect_close("gradient of " + name, it->second.grad(), f.tensors.at("grad." + name));
+    if (strict)
+      expect_close("gradient of " + name, it->second.grad(), f.tensors.at("grad." + name));
+    else
+      EXPECT_GE(cosine(it->second.grad(), f.tensors.at("grad." + name)), 0.999) << "direction of the gradient of "
+                                                                               << name;
   }
 
   optim::SGDOptions o;
@@ -185,13 +214,17 @@ void check_step(const std::string& model) {
     const std::string name = key.substr(8);
     const Tensor* got = after.find(name);
     ASSERT_NE(got, nullptr) << "reckon's model has no " << name;
-    expect_close("updated " + name, *got, want);
+    expect_close("updated " + name, *got, want, update_rtol);
     ++compared;
   }
   EXPECT_GE(compared, int(stored.size()));
 }
 
 TEST(GoldenModels, Lenet5SgdStep) { check_step("lenet5"); }
-TEST(GoldenModels, Resnet18CifarSgdStep) { check_step("resnet18_cifar"); }
+TEST(GoldenModels, Resnet18CifarSgdStepReferenceKernels) {
+  ForceReference ref;
+  check_step("resnet18_cifar");
+}
+TEST(GoldenModels, Resnet18CifarSgdStep) { check_step("resnet18_cifar", Tolerance::kinked); }
 
 }  // namespace
