@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 
 using namespace reckon;

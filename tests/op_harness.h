@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 
 namespace reckon::harness {
@@ -22,6 +23,9 @@ struct Case {
   std::vector<int> no_grad_inputs;  // floating inputs excluded from the gradient check
   // Bad arguments for this op: each must throw reckon::Error mentioning "[op".
   std::vector<std::function<void()>> bad;
+  // False only for `empty`, whose output is uninitialised by definition: the harness then does
+  // not require the reference to write every element.
+  bool writes_outputs = true;
 };
 
 template <class Op>

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 
 #include <map>

@@ -2,7 +2,9 @@
 // autograd engine's bookkeeping (accumulation, no_grad, saved tensors released on use).
 #include <gtest/gtest.h>
 
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 
 using namespace reckon;

@@ -97,12 +97,19 @@ TEST(Ledger, AlexNetTextbookFigures) {
   EXPECT_EQ(l.rows[0].fwd_flops, 2 * l.rows[0].fwd_macs + 64LL * 96 * 55 * 55);  // + bias adds
   EXPECT_EQ(l.rows[4].scope, "features.4");
   EXPECT_EQ(l.rows[4].bwd_macs, 2 * l.rows[4].fwd_macs);  // dx and dw
-  EXPECT_EQ(l.rows[l.rows.size() - 2].scope, "(loss)");
-  // The optimizer's update (no op yet): one pass over params, grads and momentum buffers.
+  EXPECT_EQ(l.rows[l.rows.size() - 3].scope, "(loss)");
+  // The engine's own ops: here only the seed gradient (a `full` of one element).
+  EXPECT_EQ(l.rows[l.rows.size() - 2].scope, "(autograd)");
+  EXPECT_EQ(l.rows[l.rows.size() - 2].ops, (std::vector<std::string>{"full"}));
+  // The optimizer's update: one sgd_update per parameter tensor, each reading the parameter, its
+  // gradient and its momentum buffer and writing the parameter and the buffer.
   EXPECT_EQ(l.rows.back().scope, "(optimizer)");
   EXPECT_EQ(l.rows.back().type, "SGD");
+  EXPECT_EQ(l.rows.back().ops, (std::vector<std::string>{"sgd_update"}));
+  EXPECT_EQ(l.rows.back().num_ops, 16);
   EXPECT_EQ(l.totals.optimizer_bytes, 5 * 62378344LL * 4);
   EXPECT_EQ(l.rows.back().bytes_moved, l.totals.optimizer_bytes);
+  EXPECT_GT(l.rows.back().fwd_flops, 0) << "the update declares its FLOPs too";
 }
 
 TEST(Ledger, JsonCarriesTheSameFigures) {

@@ -541,8 +541,11 @@ TEST(OpsExtra, DropoutMaskAndIdentity) {
   x.set_requires_grad(true);
   EXPECT_TRUE(dropout(x, 0.4, false).same(x));  // eval: x itself, no op
   EXPECT_TRUE(dropout(x, 0.0, true).same(x));
+  // The mask comes from the call's seed attribute, which dropout() draws from the generator.
   manual_seed(99);
-  auto r = call<Dropout>({x}, {0.4, true});
+  DropoutAttrs a{0.4, true, 0};
+  Dropout::reseed(a);
+  auto r = call<Dropout>({x}, a);
   const Tensor &y = r[0], &mask = r[1];
   int64_t kept = 0;
   auto m = mask.to_vector(), yv = y.to_vector();
@@ -554,15 +557,17 @@ TEST(OpsExtra, DropoutMaskAndIdentity) {
   EXPECT_NEAR(double(kept) / double(m.size()), 0.6, 0.01);
   sum(y).backward();
   EXPECT_EQ(x.grad().to_vector(), m);  // backward = dy * mask
-  // The same seed gives the same mask in the reference and the fast kernel; the next call another.
-  manual_seed(99);
+  // The same seed gives the same mask in the reference and the fast kernel; the next draw another.
   Tensor m1;
   {
     ForceReference f;
-    m1 = call<Dropout>({x.detach()}, {0.4, true})[1];
+    m1 = call<Dropout>({x.detach()}, a)[1];
   }
   EXPECT_EQ(m1.to_vector(), m);
-  Tensor m2 = call<Dropout>({x.detach()}, {0.4, true})[1];
+  manual_seed(99);
+  EXPECT_EQ(dropout(x.detach(), 0.4, true).to_vector(), m) << "dropout() draws the same seed from the same state";
+  Dropout::reseed(a);
+  Tensor m2 = call<Dropout>({x.detach()}, a)[1];
   EXPECT_NE(m2.to_vector(), m);
   for (double v : call<Dropout>({x.detach()}, {1.0, true})[0].to_vector()) EXPECT_EQ(v, 0.0);
   EXPECT_THROW(dropout(x, -0.1, true), Error);
@@ -631,8 +636,16 @@ TEST(OpsExtra, BatchNormWithoutRunningStatsAndMetaDevice) {
   Tensor xm = Tensor::empty({8, 16, 10, 10}, DType::f32, Device::meta);
   Tensor cm = Tensor::empty({16}, DType::f32, Device::meta);
   auto out = call<BatchNorm2d>({xm, cm, cm, cm, cm}, {true});
-  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out.size(), 5u);  // y, save_mean, save_invstd, and the running stats written in place
   EXPECT_EQ(out[1].shape(), (Shape{16}));
+  EXPECT_TRUE(out[3].same(cm) && out[4].same(cm));
+  // Without running stats, training makes three outputs.
+  EXPECT_EQ(call<BatchNorm2d>({xm, cm, cm, Tensor(), Tensor()}, {true}).size(), 3u);
+  // The creation ops make meta tensors when asked to (their device is an attribute).
+  Tensor f = full({2, 3}, 1.0, DType::f32, Device::meta);
+  EXPECT_TRUE(f.is_meta());
+  EXPECT_EQ(f.shape(), (Shape{2, 3}));
+  EXPECT_TRUE(empty({4}, DType::bf16, Device::meta).is_meta());
   Tensor lm = Tensor::empty({8, 10}, DType::f32, Device::meta);
   Tensor tm = Tensor::empty({8}, DType::i64, Device::meta);
   EXPECT_EQ(cross_entropy(lm, tm).shape(), Shape{});

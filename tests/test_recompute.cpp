@@ -339,7 +339,9 @@ MetaStep meta_step(const std::string& name, int64_t batch, bool recompute) {
       } else {
         r.fwd_macs += rec.cost.macs;
         r.saved_bytes += rec.saved_bytes;
-        if (in_blocks(rec.scope, blocks)) {
+        // Batch norm's batch counter (add_scalar_, a write) counts the forward once: the rerun
+        // updates no running state.
+        if (in_blocks(rec.scope, blocks) && rec.op != "add_scalar_") {
           r.block_fwd_macs += rec.cost.macs;
           r.block_fwd.emplace(rec.scope, std::string(rec.op), rec.cost.macs);
         }

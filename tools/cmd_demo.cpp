@@ -6,6 +6,7 @@
 #include "command.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 #include "reckon/optim/optim.h"
 

@@ -12,6 +12,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                   bool retain_graph) {
   RK_CHECK(grads.empty() || grads.size() == roots.size(), "[backward] {} gradients for {} roots",
            grads.size(), roots.size());
+  PhaseGuard phase(Phase::backward);  // every op from here on, the seed gradient's `full` included
   // Count, for every node reachable from the roots, how many edges point at it.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
@@ -26,7 +27,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (grads.empty()) {
       RK_CHECK(r.numel() == 1, "[backward] gradient can be implied only for one element, not {}",
                shape_str(r.shape()));
-      g = Tensor::ones(r.shape(), r.dtype(), r.device());
+      g = full(r.shape(), 1.0, r.dtype(), r.device());
     } else {
       g = grads[i];
       RK_CHECK(g.shape() == r.shape(), "[backward] gradient {} for a tensor of shape {}",

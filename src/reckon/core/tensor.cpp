@@ -41,7 +41,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device dev) { return full(
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device dev) {
   Tensor t = empty(shape, dtype, dev);
-  fill_(t, value);
+  raw_fill(t, value);
   return t;
 }
 
@@ -233,7 +233,7 @@ void fill_normal_(const Tensor& t, double mean, double stddev, Generator& g) {
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, mean + stddev * g.normal());
 }
 
-void fill_(const Tensor& t, double value) {
+void raw_fill(const Tensor& t, double value) {
   if (t.is_meta()) return;
   if (t.dtype() == DType::f32 && t.is_contiguous()) {
     std::fill_n(t.data<float>(), t.numel(), float(value));
@@ -242,7 +242,7 @@ void fill_(const Tensor& t, double value) {
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, value);
 }
 
-void copy_(const Tensor& dst, const Tensor& src) {
+void raw_copy(const Tensor& dst, const Tensor& src) {
   RK_CHECK(dst.numel() == src.numel(), "[copy_] {} elements into {}", src.numel(), dst.numel());
   if (dst.is_meta() || src.is_meta()) return;
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {

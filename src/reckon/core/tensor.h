@@ -138,8 +138,11 @@ void manual_seed(uint64_t seed);
 // In-place fills on cpu tensors (no autograd, no-ops on meta).
 void fill_uniform_(const Tensor& t, double lo, double hi, Generator& g = default_generator());
 void fill_normal_(const Tensor& t, double mean, double stddev, Generator& g = default_generator());
-void fill_(const Tensor& t, double value);
-void copy_(const Tensor& dst, const Tensor& src);  // same numel, any dtypes, any strides
+// Raw writes: not ops, so not recorded, costed or captured. They are the kernels of the fill_ and
+// copy_ ops (ops/writes.h) and serve core itself (Tensor::full) and code that prepares data
+// outside any step (loading files, test fixtures). Code that runs in a step calls the ops.
+void raw_fill(const Tensor& t, double value);
+void raw_copy(const Tensor& dst, const Tensor& src);  // same numel, any dtypes, any strides
 
 template <class T>
 constexpr DType dtype_of();

@@ -322,7 +322,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     if (!t.is_contiguous()) {
       try {
         c = Tensor::empty(t.shape(), t.dtype());
-        copy_(c, t);
+        raw_copy(c, t);
       } catch (const Error& e) {
         ::close(fd);
         ::unlink(tmp.c_str());

@@ -19,6 +19,7 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
+#include "reckon/ops/op_list.h"
 #include "reckon/nn/recompute.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
@@ -97,19 +98,17 @@ LedgerMemory memory_since(Device d, const Others& o) {
   return m;
 }
 
-// Which part of the step runs now. The engine sums gradients that meet (residual branches)
-// outside any node, so those ops carry no scope and no backward flag; the phase names them.
-enum class Phase { forward, backward, optimizer };
-thread_local Phase t_phase = Phase::forward;
-
-// An observer's copy of a record, with the phase applied: ops the engine runs between nodes
-// are backward ops of "(autograd)" (gradient sums); the optimizer's are under "(optimizer)".
-// Recomputed forward ops run during backward and count as backward work.
+// An observer's copy of a record, read by its phase: the ops the engine runs between nodes
+// (the seed gradient, gradient sums where branches meet) carry no module scope and are
+// backward ops of "(autograd)"; recomputed forward ops run during backward
+// and count as backward work; the optimizer's are under "(optimizer)" (train::Step's scope).
 OpRecord in_phase(const OpRecord& r) {
   OpRecord c = r;
-  if (t_phase == Phase::backward && !r.backward) {  // run by the engine itself, or recomputed
+  c.inputs = c.outputs = {};
+  c.attrs = nullptr;
+  if (r.phase == Phase::backward || r.phase == Phase::recompute) {
+    if (!r.backward && r.phase == Phase::backward && c.scope.empty()) c.scope = "(autograd)";  // outside any node
     c.backward = true;
-    if (c.scope.empty()) c.scope = "(autograd)";
   }
   return c;
 }
@@ -124,15 +123,7 @@ std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
 // update. The gradients were dropped before.
 int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg,
                    const Tensor& x, const Tensor& y) {
-  struct PhaseGuard {
-    ~PhaseGuard() { t_phase = Phase::forward; }
-  } guard;
   train::Step step(m, opt, scaler, {.precision = precision_dtype(cfg.precision)});
-  step.on_phase = [](train::StepPhase p) {
-    t_phase = p == train::StepPhase::backward ? Phase::backward
-              : p == train::StepPhase::optimizer ? Phase::optimizer
-                                                 : Phase::forward;
-  };
   int64_t classes = 0;
   step.begin(x.size(0) * cfg.accum);
   for (int64_t k = 0; k < cfg.accum; ++k) {
@@ -183,7 +174,6 @@ struct MetaRun {
   LedgerMemory memory;
   int64_t classes = 0;
   int64_t input_bytes = 0;
-  int64_t grad_bytes = 0, state_bytes = 0;  // live after the step: gradients, optimizer state
 };
 
 MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig& cfg, const std::string& label) {
@@ -225,11 +215,6 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
                             shapes, e.what()));
   }
   r.memory = memory_since(Device::meta, others);
-  {
-    MemStats end = tracker(Device::meta).stats();
-    r.grad_bytes = end.live_bytes[int(Tag::grad)] - others.bytes[int(Tag::grad)];
-    r.state_bytes = end.live_bytes[int(Tag::optimizer)] - others.bytes[int(Tag::optimizer)];
-  }
   opt.reset();
   model.zero_grad(true);
   return r;
@@ -259,8 +244,10 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
     row.num_ops++;
     row.bytes_moved += bytes;
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
+    const OpClass cls = op_info(r.op_id).op_class;
     if (r.recompute) L.totals.recompute_macs += r.cost.macs;
-    if (r.impl.find("wino") != std::string::npos) L.totals.winograd_ops++;
+    if (r.algo == KernelAlgo::winograd) L.totals.winograd_ops++;
+    if (cls == OpClass::update) L.totals.optimizer_bytes += bytes;
     if (r.backward) {
       row.bwd_macs += r.cost.macs;
       row.bwd_flops += flops;
@@ -272,8 +259,8 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
       row.saved_bytes += r.saved_bytes;
       if (!r.out_shapes.empty()) row.out_shape = r.out_shapes[0];
       if (std::find(row.ops.begin(), row.ops.end(), r.op) == row.ops.end()) row.ops.emplace_back(r.op);
-      if (r.op == "conv2d") L.totals.conv_macs += r.cost.macs;
-      if (r.op == "linear" || r.op == "matmul") L.totals.linear_macs += r.cost.macs;
+      if (cls == OpClass::conv) L.totals.conv_macs += r.cost.macs;
+      if (cls == OpClass::linear) L.totals.linear_macs += r.cost.macs;
     }
   }
   for (size_t i = 0; i < L.rows.size(); ++i)
@@ -290,11 +277,11 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
 }
 
 // The FLOPs an op costs on a device: its declared ones, except that a convolution whose cpu
-// kernel chose Winograd (OpRecord::impl) runs the direct sum's FLOPs winograd_speedup times
+// kernel chose Winograd (OpRecord::algo) runs the direct sum's FLOPs winograd_speedup times
 // faster on the calibrated cpu.
 double op_flops(const DeviceSpec& dev, const OpRecord& r) {
   const double f = double(2 * r.cost.macs + r.cost.flops);
-  const bool winograd = dev.name == "cpu" && r.impl.find("wino") != std::string::npos;
+  const bool winograd = dev.name == "cpu" && r.algo == KernelAlgo::winograd;
   return winograd ? f / dev.winograd_speedup : f;
 }
 
@@ -316,9 +303,8 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpR
       t.memory_bound_ops++;
     }
     t.overhead_s += dev.op_overhead_s;
+    if (r.phase == Phase::optimizer) t.optimizer_s += std::max(tc, tm) + dev.op_overhead_s;
   }
-  t.optimizer_s = double(L.totals.optimizer_bytes) / dev.bandwidth_bytes;
-  t.memory_s += t.optimizer_s;
   t.step_s = t.compute_s + t.memory_s + t.overhead_s;
   t.fits = L.memory.peak_bytes <= dev.memory_bytes;
   if (L.config.dataset_size > 0) {
@@ -338,11 +324,6 @@ void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& d
     const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
     row.time_s += dev.op_time_s(op_flops(dev, r), bytes, op_precision(r));
     row.cpu_time_s += cpu.op_time_s(op_flops(cpu, r), bytes, op_precision(r));
-  }
-  if (auto it = index.find("(optimizer)"); it != index.end()) {
-    LedgerRow& row = L.rows[it->second];
-    row.time_s += double(L.totals.optimizer_bytes) / dev.bandwidth_bytes;
-    row.cpu_time_s += double(L.totals.optimizer_bytes) / cpu.bandwidth_bytes;
   }
   const double ridge = dev.ridge(p);
   for (auto& row : L.rows) row.compute_bound = row.intensity >= ridge;
@@ -379,7 +360,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   // per op, since a machine shared with other jobs slows some steps down.
   std::vector<OpRecord> recs;
   std::vector<double> op_s;
-  double best_step_s = 1e30, best_optimizer_s = 1e30;
+  double best_step_s = 1e30, best_tail_s = 1e30;
   for (int s = 0; s < cfg.measure_steps; ++s) {
     opt->zero_grad();
     size_t i = 0;
@@ -406,14 +387,16 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
       train_step(model, *opt, scaler.get(), cfg, x, y);
     }
     const auto t1 = Clock::now();
-    best_optimizer_s = std::min(best_optimizer_s, std::chrono::duration<double>(t1 - last).count());
+    best_tail_s = std::min(best_tail_s, std::chrono::duration<double>(t1 - last).count());
     best_step_s = std::min(best_step_s, std::chrono::duration<double>(t1 - t0).count());
   }
   M.ran = true;
   M.steps = cfg.measure_steps;
-  M.optimizer_s = best_optimizer_s;
-  M.step_s = best_optimizer_s;
-  for (double t : op_s) M.step_s += t;
+  M.step_s = best_tail_s;  // after the last op: the end of the step
+  for (size_t k = 0; k < op_s.size(); ++k) {
+    M.step_s += op_s[k];
+    if (recs[k].phase == Phase::optimizer) M.optimizer_s += op_s[k];
+  }
   M.best_step_wall_s = best_step_s;
   M.memory = memory_since(Device::cpu, others);
   M.rss_peak_bytes = proc_status_bytes("VmHWM:");
@@ -425,7 +408,6 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     auto it = index.find(row_key(recs[k].scope));
     if (it != index.end()) L.rows[it->second].measured_s += op_s[k];
   }
-  if (auto it = index.find("(optimizer)"); it != index.end()) L.rows[it->second].measured_s += M.optimizer_s;
   // Workspace the meta device could not see: kernels that ran here but do not plan.
   const bool aligned = recs.size() == meta_recs.size();
   std::vector<std::string> names;
@@ -466,23 +448,10 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
     L.totals.param_bytes += p.nbytes();
   }
   build_rows(L, model, run.records);
-  // The optimizer's update is no op (plain loops over each parameter): until the optimizers
-  // declare a cost, it is one elementwise pass over what the meta run says they own: it reads
-  // the parameters, their gradients and its state, and writes the parameters and its state.
-  L.totals.optimizer_bytes = 2 * L.totals.param_bytes + run.grad_bytes + 2 * run.state_bytes;
-  {
-    auto it = std::find_if(L.rows.begin(), L.rows.end(), [](const LedgerRow& r) { return r.scope == "(optimizer)"; });
-    if (it == L.rows.end()) {
-      L.rows.push_back(LedgerRow{});
-      it = L.rows.end() - 1;
-      it->scope = "(optimizer)";
-    }
-    it->type = cfg.optimizer == "adamw" ? "AdamW" : "SGD";
-    it->ops.insert(it->ops.begin(), "update");
-    it->bytes_moved += L.totals.optimizer_bytes;
-    it->intensity = it->bytes_moved > 0 ? double(it->fwd_flops + it->bwd_flops) / double(it->bytes_moved) : 0.0;
-    L.totals.bytes_moved += L.totals.optimizer_bytes;
-  }
+  // The optimizer's update is its ops' (sgd_update, adam_update, the scaler's unscale), each
+  // with its declared cost, under "(optimizer)".
+  for (auto& row : L.rows)
+    if (row.scope == "(optimizer)") row.type = cfg.optimizer == "adamw" ? "AdamW" : "SGD";
 
   say("timing: the device catalog (this cpu is calibrated once, then cached)");
   const DeviceSpec dev = device_spec(cfg.device), cpu = device_spec("cpu");
@@ -500,6 +469,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
     say(fmt::format("{}: measuring the same step on the cpu (1 warm-up + {} timed steps)", label, cfg.measure_steps));
     measure_on_cpu(L, *cpu_model, L.input_shape, run.records);
   }
+  L.records = std::move(run.records);
   return L;
 }
 

@@ -19,6 +19,7 @@
 #include "reckon/core/allocator.h"
 #include "reckon/core/tensor.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/ops/op.h"
 
 namespace reckon::nn {
 class Module;
@@ -81,9 +82,7 @@ struct LedgerTotals {
   int64_t recompute_macs = 0;     // forward MACs run again in backward (recomputation's price)
   int64_t winograd_ops = 0;       // convolution calls whose kernel chose Winograd (OpRecord::impl)
   int64_t input_bytes = 0;        // the images of one step (x); targets are input-tagged too
-  // Bytes the optimizer's update moves: it is no op yet, so one elementwise pass is assumed over
-  // what the meta run shows it owns (reads params, grads, state; writes params, state).
-  int64_t optimizer_bytes = 0;
+  int64_t optimizer_bytes = 0;     // bytes the optimizer's update ops declare (read + written)
   int64_t num_ops = 0;
   double per_image(int64_t v) const { return double(v) / double(batch); }
 };
@@ -100,7 +99,7 @@ struct LedgerTime {
   double peak_flops = 0, ridge = 0;  // ridge point, FLOPs per byte
   double step_s = 0;                 // predicted time of one step
   double compute_s = 0, memory_s = 0, overhead_s = 0;  // the step's ops split by what bounds them
-  double optimizer_s = 0;            // the optimizer's pass (optimizer_bytes / bandwidth), in memory_s
+  double optimizer_s = 0;            // the optimizer phase's ops (updates, the scaler's unscale), in the step
   int64_t compute_bound_ops = 0, memory_bound_ops = 0;
   bool fits = true;                  // predicted peak <= device memory
   int64_t steps_per_epoch = 0;       // ceil(dataset_size / batch); 0 without a dataset
@@ -121,8 +120,8 @@ struct LedgerMeasured {
   // sampled after every op, at the highest sample; and the cache's part of it.
   int64_t allocator_held_bytes = 0;
   int64_t host_cache_bytes = 0;
-  double step_s = 0;                 // sum of the per-op best times + the optimizer's best
-  double optimizer_s = 0;            // time after the last op: the optimizer update (best)
+  double step_s = 0;                 // sum of the per-op best times + the (best) time after the last op
+  double optimizer_s = 0;            // the optimizer phase's ops (best per op), in step_s
   double best_step_wall_s = 0;       // the fastest timed step, wall clock
 };
 
@@ -137,6 +136,7 @@ struct Ledger {
   LedgerMemory memory;           // predicted on the meta device
   std::vector<LedgerTime> times; // config.device first, then the other catalog devices
   LedgerMeasured measured;
+  std::vector<OpRecord> records; // the meta step's op records (their tensor spans cleared), in order
 };
 
 // Builds zoo model `model_name` on the meta device and runs one training step on it.

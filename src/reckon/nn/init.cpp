@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "reckon/ops/functional.h"
+
 namespace reckon::nn::init {
 
 Fans fans(const Tensor& t) {

@@ -156,8 +156,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // A forward run again in backward (autograd/checkpoint.h) already updated the running
   // statistics the first time: it normalises with the batch statistics and updates nothing.
   if (training && recomputing()) return batch_norm2d(x, weight, bias, Tensor(), Tensor(), true, momentum, eps);
-  if (training && !num_batches_tracked.is_meta())
-    num_batches_tracked.set(0, num_batches_tracked.get(0) + 1.0);
+  if (training) add_scalar_(num_batches_tracked, 1.0);
   return batch_norm2d(x, weight, bias, running_mean, running_var, training, momentum, eps);
 }
 

@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "reckon/autograd/checkpoint.h"
+#include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
 
@@ -254,7 +255,9 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     for (const auto& e : errors) msg += "\n  " + e;
     throw Error(msg);
   }
-  for (const auto& [dst, src] : copies) copy_(dst, src);
+  // A meta model takes the shapes only: there is nothing to write into.
+  for (const auto& [dst, src] : copies)
+    if (!dst.is_meta()) copy_(dst, src);
   return r;
 }
 

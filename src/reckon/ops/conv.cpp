@@ -81,7 +81,7 @@ Cost Conv2d::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, c
   return {conv_macs(out[0].shape, in[1].shape()), bias ? shape_numel(out[0].shape) : 0, bytes_of(in),
           bytes_of(out)};
 }
-SavedSet Conv2d::saved(const Attrs&) { return {3, 0}; }
+SavedSet Conv2d::saved(const Attrs&, NeedsGrad needs) { return saved_for_product(needs); }
 std::vector<Tensor> Conv2d::backward(const BackwardArgs& b, const Attrs& a) {
   const Tensor& dy = b.grad_outputs[0];
   Tensor dx, dw, db;
@@ -106,7 +106,7 @@ std::vector<TensorSpec> Conv2dBackwardInput::infer(std::span<const Tensor> in, c
 Cost Conv2dBackwardInput::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {conv_macs(in[0].shape(), in[1].shape()), 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Conv2dBackwardInput::saved(const Attrs&) { return {}; }
+SavedSet Conv2dBackwardInput::saved(const Attrs&, NeedsGrad) { return {}; }
 
 std::vector<TensorSpec> Conv2dBackwardWeight::infer(std::span<const Tensor> in, const Attrs& a) {
   check_conv(in, a.conv, in[1].shape(), a.w_shape);
@@ -119,10 +119,10 @@ std::vector<TensorSpec> Conv2dBackwardWeight::infer(std::span<const Tensor> in, 
 Cost Conv2dBackwardWeight::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs& a) {
   return {conv_macs(in[0].shape(), a.w_shape), a.with_bias ? in[0].numel() : 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Conv2dBackwardWeight::saved(const Attrs&) { return {}; }
+SavedSet Conv2dBackwardWeight::saved(const Attrs&, NeedsGrad) { return {}; }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dArgs& a) {
-  return call1<Conv2d>({x, w, b}, ConvAttrs{a.stride, a.padding, a.dilation, a.groups});
+  return call1<Conv2d>({x, w, b}, ConvAttrs{a.stride, a.padding, a.dilation, a.groups, conv_algorithm()});
 }
 
 }  // namespace reckon

@@ -9,19 +9,24 @@
 
 namespace reckon {
 
-struct ConvAttrs {
-  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-};
-
 // How the cpu kernels compute a convolution. `automatic` (the default) lets oneDNN choose per
 // shape, which on AVX-512 means Winograd F(4x4, 3x3) for most 3x3 stride-1 f32 convolutions
 // (4x fewer multiplications in its tile products; results differ from the direct sum by rounding, ~1e-6
-// relative); `direct` always sums the taps. Process-wide; the environment variable
-// RECKON_CONV_ALGO=direct|auto sets the starting value. The meta device plans with the same
+// relative); `direct` always sums the taps. It is an attribute of each call
+// (ConvAttrs::algo), so a captured graph replays with the algorithm it was captured with; the
+// functional conv2d() fills it from the process's setting (set_conv_algorithm, whose starting
+// value the environment variable RECKON_CONV_ALGO=direct|auto gives). The meta device plans with the same
 // choice, so the ledger accounts the workspace the chosen kernel takes. MACs are always
 // counted as the direct sum (the textbook's figure), whatever the algorithm.
 enum class ConvAlgorithm { automatic, direct };
+
+struct ConvAttrs {
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  ConvAlgorithm algo = ConvAlgorithm::automatic;
+  RK_FIELDS(stride, padding, dilation, groups, algo)
+};
+
 void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm();
 std::string_view conv_algorithm_name(ConvAlgorithm a);  // "auto" | "direct"
@@ -54,6 +59,7 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 
 struct Conv2d {
   static constexpr std::string_view kName = "conv2d";
+  static constexpr OpClass kClass = OpClass::conv;
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr std::string_view kOnnx = "Conv";
   RK_OP_DECLS(ConvAttrs);
@@ -65,9 +71,14 @@ struct Conv2d {
 // in = (dy (N, O, HO, WO), w) -> dx (N, C, H, W).
 struct Conv2dBackwardInput {
   static constexpr std::string_view kName = "conv2d_backward_input";
+  static constexpr OpClass kClass = OpClass::conv;
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { ConvAttrs conv; Shape x_shape; };
+  struct A {
+    ConvAttrs conv;
+    Shape x_shape;
+    RK_FIELDS(conv, x_shape)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -76,9 +87,15 @@ struct Conv2dBackwardInput {
 // in = (dy (N, O, HO, WO), x) -> dw (O, C/groups, KH, KW) and, when with_bias, db (O).
 struct Conv2dBackwardWeight {
   static constexpr std::string_view kName = "conv2d_backward_weight";
+  static constexpr OpClass kClass = OpClass::conv;
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { ConvAttrs conv; Shape w_shape; bool with_bias = false; };
+  struct A {
+    ConvAttrs conv;
+    Shape w_shape;
+    bool with_bias = false;
+    RK_FIELDS(conv, w_shape, with_bias)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;

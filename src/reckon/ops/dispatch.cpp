@@ -82,6 +82,22 @@ Recomputing::Recomputing() : prev_(t_recomputing) { t_recomputing = true; }
 Recomputing::~Recomputing() { t_recomputing = prev_; }
 bool recomputing() { return t_recomputing; }
 
+namespace {
+thread_local Phase t_phase = Phase::forward;
+}
+std::string_view phase_name(Phase p) {
+  switch (p) {
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::recompute: return "recompute";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+Phase current_phase() { return t_recomputing ? Phase::recompute : t_phase; }
+PhaseGuard::PhaseGuard(Phase p) : prev_(t_phase) { t_phase = p; }
+PhaseGuard::~PhaseGuard() { t_phase = prev_; }
+
 ForceReference::ForceReference(bool on) : prev_(t_force_ref) { t_force_ref = on; }
 ForceReference::~ForceReference() { t_force_ref = prev_; }
 bool force_reference() { return t_force_ref; }
@@ -125,45 +141,6 @@ void check_same_device(std::string_view op, std::span<const Tensor> in, Device& 
   }
 }
 
-Tensor contiguous_copy(const Tensor& t) {
-  Tensor r = Tensor::empty(t.shape(), t.dtype(), t.device());
-  if (t.is_meta()) return r;
-  // Walk the strided source with an odometer; inner dimension copied by a typed loop.
-  const int64_t nd = t.dim();
-  const int64_t es = int64_t(dtype_size(t.dtype()));
-  const char* src = static_cast<const char*>(t.raw_data());
-  char* dst = static_cast<char*>(r.raw_data());
-  if (nd == 0) {
-    std::memcpy(dst, src, size_t(es));
-    return r;
-  }
-  const auto& shape = t.shape();
-  const auto& st = t.strides();
-  int64_t inner = shape[nd - 1], inner_stride = st[nd - 1];
-  int64_t outer = t.numel() / std::max<int64_t>(inner, 1);
-  std::vector<int64_t> idx(size_t(nd), 0);
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t off = 0;
-    for (int64_t d = 0; d < nd - 1; ++d) off += idx[size_t(d)] * st[d];
-    const char* s = src + off * es;
-    if (inner_stride == 1) {
-      std::memcpy(dst, s, size_t(inner * es));
-    } else if (es == 4) {
-      auto* d4 = reinterpret_cast<uint32_t*>(dst);
-      auto* s4 = reinterpret_cast<const uint32_t*>(s);
-      for (int64_t i = 0; i < inner; ++i) d4[i] = s4[i * inner_stride];
-    } else {
-      for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + i * es, s + i * inner_stride * es, size_t(es));
-    }
-    dst += inner * es;
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      if (++idx[size_t(d)] < shape[d]) break;
-      idx[size_t(d)] = 0;
-    }
-  }
-  return r;
-}
-
 bool has_low_precision(std::span<const Tensor> in, std::span<const Tensor> out) {
   for (auto& t : in)
     if (t.defined() && is_low_precision(t.dtype())) return true;
@@ -174,7 +151,8 @@ bool has_low_precision(std::span<const Tensor> in, std::span<const Tensor> out) 
 
 namespace {
 // Elementwise conversion between f32 and bf16/f16 of two dense tensors of one shape: the cast
-// op's cpu kernel (vectorised, rounding to nearest even), the reference loops otherwise.
+// op's cpu kernel (vectorised, rounding to nearest even), the reference loops otherwise. (Inside
+// a kernel call, so not an op of its own: its buffers are the kernel's workspace.)
 void convert(const Tensor& src, const Tensor& dst) {
   if (src.is_meta() || src.numel() == 0) return;
   KernelCtx ctx;
@@ -215,24 +193,133 @@ void note_failure(std::string_view op, std::span<const Tensor> in) {
   for (auto& t : in) t_failure.in_shapes.push_back(t.defined() ? t.shape() : Shape{});
 }
 
-void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
-            std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
-            int64_t workspace_bytes, int64_t saved_bytes, std::string impl) {
+Tensor make_output(std::string_view op, const TensorSpec& spec, std::span<const Tensor> in, int alias, Device dev) {
+  if (alias < 0) {
+    Tensor t = Tensor::empty(spec.shape, spec.dtype, dev);
+    if (fill_outputs_with_nan() && dev == Device::cpu && is_floating(t.dtype())) raw_fill(t, std::nan(""));
+    return t;
+  }
+  RK_CHECK(size_t(alias) < in.size() && in[size_t(alias)].defined(), "[{}] the input written in place is missing", op);
+  const Tensor& t = in[size_t(alias)];
+  RK_CHECK(t.shape() == spec.shape && t.dtype() == spec.dtype, "[{}] writes {} in place but its result is {} {}", op,
+           t.str(), shape_str(spec.shape), dtype_name(spec.dtype));
+  return t;
+}
+
+void make_dense(std::vector<Tensor>& kin, uint32_t keep) {
+  for (size_t i = 0; i < kin.size(); ++i) {
+    Tensor& t = kin[i];
+    if (!t.defined() || t.is_contiguous() || ((keep >> i) & 1u)) continue;
+    NoGrad no_grad;  // the caller's node differentiates through the original input
+    t = call1<Contiguous>({t});
+  }
+}
+
+void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> kin, std::span<Tensor> out,
+                 const void* attrs, KernelRun& run) {
+  const KernelTable& table = kernel_table();
+  const KernelFn cpu = table.cpu[size_t(id)], ref = table.ref[size_t(id)];
+  switch (dev) {
+    case Device::cpu: {
+      KernelCtx ctx;
+      bool done = false;
+      if (cpu && !force_reference()) {
+        Support s = cpu(ctx, kin, out, attrs);
+        done = s.ok;
+        if (!done) run.skipped = s.why;
+      } else {
+        run.skipped = cpu ? "reference forced" : "no cpu kernel";
+      }
+      if (done) {
+        run.kernel = "cpu";
+      } else if (has_low_precision(kin, out)) {
+        // No bf16/f16 kernel took the call: compute in f32 and round the outputs back.
+        bool wide_done = false;
+        run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
+          if (cpu && !force_reference()) wide_done = cpu(ctx, win, wout, attrs).ok;
+          if (!wide_done) {
+            ref(ctx, win, wout, attrs);
+            run.macs_counted = ctx.macs_counted();
+          }
+          return true;
+        });
+        run.kernel = wide_done ? "cpu-f32" : "ref-f32";
+      } else {
+        ref(ctx, kin, out, attrs);
+        run.kernel = "ref";
+        run.macs_counted = ctx.macs_counted();
+      }
+      run.workspace_bytes = ctx.workspace_bytes();
+      if (observing_ops()) {
+        run.impl = ctx.impl();
+        run.algo = ctx.algo();
+      }
+      return;
+    }
+    case Device::meta: {
+      // Planning: the cpu kernel requests its workspace (accounted on meta) and runs nothing.
+      if (!cpu || !plan_kernels_on_meta() || !*table.cpu_plans[size_t(id)] || force_reference()) return;
+      KernelCtx ctx(KernelCtx::Mode::plan);
+      Support s = cpu(ctx, kin, out, attrs);
+      if (s.ok) {
+        run.kernel = "plan";
+      } else {
+        run.skipped = s.why;
+        // As on the cpu: no low-precision kernel took the call, so it computes in f32 on
+        // widened copies (accounted here as they will be there).
+        if (has_low_precision(kin, out)) {
+          bool wide_ok = false;
+          run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
+            wide_ok = cpu(ctx, win, wout, attrs).ok;
+            return true;
+          });
+          run.kernel = wide_ok ? "plan-f32" : "plan-ref-f32";
+        }
+      }
+      run.workspace_bytes = ctx.workspace_bytes();
+      run.impl = ctx.impl();
+      run.algo = ctx.algo();
+      return;
+    }
+    case Device::cuda: {
+      KernelCtx ctx;
+      Support s = table.cuda[size_t(id)](ctx, kin, out, attrs);
+      RK_CHECK(s.ok, "[{}] no cuda kernel: {}", op, s.why);
+      run.kernel = "cuda";
+      run.workspace_bytes = ctx.workspace_bytes();
+      return;
+    }
+  }
+}
+
+void report(int id, std::string_view op, const void* attrs, const Cost& cost, KernelRun&& run,
+            std::span<const Tensor> in, std::span<const Tensor> out, int64_t saved_bytes, SavedSet saved,
+            uint32_t aliases, Tag out_tag) {
   OpRecord r;
   r.op = op;
+  r.op_id = id;
+  r.attrs = attrs;
+  r.inputs = in;
+  r.outputs = out;
   r.scope = current_scope();
   r.backward = in_backward();
   r.recompute = recomputing();
+  r.phase = current_phase();
+  r.saved = saved;
+  r.aliases = aliases;
+  if (autocast_active()) r.autocast = autocast_state().dtype;
+  r.algo = run.algo;
+  r.out_tag = out_tag;
   r.cost = cost;
-  r.kernel = kernel;
-  r.skipped = std::move(skipped);
+  r.kernel = run.kernel;
+  r.skipped = std::move(run.skipped);
   for (auto& t : in) r.in_shapes.push_back(t.defined() ? t.shape() : Shape{});
   for (auto& t : in) r.in_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
   for (auto& t : out) r.out_shapes.push_back(t.shape());
-  r.macs_counted = macs_counted;
-  r.workspace_bytes = workspace_bytes;
+  r.macs_counted = run.macs_counted;
+  r.workspace_bytes = run.workspace_bytes;
   r.saved_bytes = saved_bytes;
-  r.impl = std::move(impl);
+  r.impl = std::move(run.impl);
   notify_ops(r);
 }
 

@@ -1,7 +1,11 @@
-// The dispatcher: the one path every op call takes.
-//   infer -> allocate outputs (tagged current_tag()) -> report cost -> run a kernel
-//   (meta: none; cpu: the fast kernel if it accepts the call, else the reference) ->
-//   record an autograd node that keeps exactly the op's declared saved set.
+// The dispatcher: the one path every op call takes, and what turns the call into a node.
+//   autocast (the op's policy) -> infer -> outputs (allocated, tagged current_tag(), or an input
+//   itself for an in-place op) -> cost -> kernels through the per-device table (cpu: the fast
+//   kernel if it takes the call, else f32 on widened copies, else the reference; meta: none, or
+//   the cpu kernel planning its workspace; cuda: the backend's column) -> an autograd node that
+//   keeps exactly the op's declared saved set -> the node's record to the observers (the graph
+//   capture appends it; graph/).
+// Strided inputs are made dense by a recorded `contiguous` op, unless the op takes strides.
 #pragma once
 #include <array>
 #include <cmath>
@@ -9,6 +13,7 @@
 #include "reckon/ops/autocast.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
+#include "reckon/ops/op_list.h"
 
 namespace reckon {
 
@@ -41,11 +46,31 @@ struct OpNode final : Node {
 
 namespace detail {
 void check_same_device(std::string_view op, std::span<const Tensor> in, Device& dev);
-Tensor contiguous_copy(const Tensor& t);  // plain copy, no autograd
-void report(std::string_view op, const Cost& cost, std::string_view kernel, std::string skipped,
-            std::span<const Tensor> in, std::span<const Tensor> out, int64_t macs_counted,
-            int64_t workspace_bytes, int64_t saved_bytes, std::string impl);
 void note_failure(std::string_view op, std::span<const Tensor> in);  // see last_op_failure()
+// The output a spec asks for: a new tensor, or (alias >= 0) input `alias` itself, checked.
+Tensor make_output(std::string_view op, const TensorSpec& spec, std::span<const Tensor> in, int alias, Device dev);
+// Dense copies (a recorded `contiguous` op, no autograd) of the strided inputs not in `keep`.
+void make_dense(std::vector<Tensor>& kin, uint32_t keep);
+
+// What running a call's kernels found: which kernel ran and why a faster one did not, the MACs
+// the reference counted, the workspace asked for, the implementation the kernel noted.
+struct KernelRun {
+  std::string_view kernel = "none";  // cpu, cpu-f32, ref, ref-f32, view, none (meta), plan, plan-f32, plan-ref-f32
+  std::string skipped;
+  int64_t macs_counted = -1;
+  int64_t workspace_bytes = 0;
+  std::string impl;
+  KernelAlgo algo = KernelAlgo::none;
+};
+// Runs op `id`'s kernels from the table on device dev (dense inputs, allocated outputs).
+void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> in, std::span<Tensor> out,
+                 const void* attrs, KernelRun& run);
+
+// The node's record for the observers (only called while some observer listens).
+void report(int id, std::string_view op, const void* attrs, const Cost& cost, KernelRun&& run,
+            std::span<const Tensor> in, std::span<const Tensor> out, int64_t saved_bytes, SavedSet saved,
+            uint32_t aliases, Tag out_tag);
+
 // Computing in f32 for a kernel without a bf16/f16 path: any floating tensor of in/out in bf16 or
 // f16? Then widen(ctx, in) gives f32 workspace copies of those inputs (others as they are),
 // f32_outputs(ctx, out) f32 workspace tensors for the low-precision outputs, and narrow() rounds
@@ -68,10 +93,14 @@ bool run_widened(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> o
 
 template <class Op>
 std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs = {}) {
-  static_assert(OpDef<Op>);
+  static_assert(OpDef<Op>, "the op breaks the contract in ops/op.h");
+  static_assert(op_id<Op> >= 0, "the op is not in the one list of ops: add it to RK_OPS in ops/op_list.h");
+  constexpr int kId = op_id<Op>;
   if constexpr (amp_policy<Op>() != AmpPolicy::keep)
     if (autocast_active()) detail::autocast_inputs(amp_policy<Op>(), in);
   Device dev = Device::cpu;
+  if constexpr (requires { Op::device(attrs); })
+    if (in.empty()) dev = Op::device(attrs);
   detail::check_same_device(Op::kName, in, dev);
   std::vector<TensorSpec> specs;
   try {
@@ -80,129 +109,71 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     detail::note_failure(Op::kName, in);
     throw;
   }
+  const Cost cost = Op::cost(in, specs, attrs);
+  const Tag out_tag = current_tag();
+
+  // In-place outputs: output i is input alias_of(i) itself.
+  uint32_t aliases = 0, aliased_inputs = 0;
+  std::array<int8_t, 8> alias_of{-1, -1, -1, -1, -1, -1, -1, -1};
+  if constexpr (HasInPlace<Op>)
+    for (size_t i = 0; i < specs.size() && i < alias_of.size(); ++i)
+      if (int j = Op::alias_of(int(i), attrs); j >= 0) {
+        alias_of[i] = int8_t(j);
+        aliases |= 1u << i;
+        aliased_inputs |= 1u << j;
+      }
+
   std::vector<Tensor> out;
   out.reserve(specs.size());
-
-  Cost cost = Op::cost(in, specs, attrs);
-  std::string_view kernel = "none";
-  std::string skipped;
-  int64_t counted = -1, ws = 0;
-  std::string impl;
-
+  detail::KernelRun run;
   if constexpr (HasViewKernel<Op>) {
     out.push_back(Op::view(in, attrs));
-    kernel = "view";
+    run.kernel = "view";
   } else {
-    // Kernels see dense inputs; autograd below keeps the caller's tensors.
+    // Kernels see dense inputs (but an input written in place is the tensor itself); autograd
+    // below keeps the caller's tensors.
     std::vector<Tensor> kin = in;
-    for (auto& t : kin)
-      if (t.defined() && !t.is_contiguous()) t = detail::contiguous_copy(t);
-    for (auto& s : specs) out.push_back(Tensor::empty(s.shape, s.dtype, dev));
-    if (fill_outputs_with_nan() && dev == Device::cpu)
-      for (auto& t : out)
-        if (is_floating(t.dtype())) fill_(t, std::nan(""));
-    if (dev == Device::cpu) {
-      KernelCtx ctx;
-      bool done = false;
-      if constexpr (HasCpuKernel<Op>) {
-        if (!force_reference()) {
-          Support s = Op::cpu(ctx, kin, out, attrs);
-          done = s.ok;
-          if (!done) skipped = s.why;
-        } else {
-          skipped = "reference forced";
-        }
-      } else {
-        skipped = "no cpu kernel";
-      }
-      if (done) {
-        kernel = "cpu";
-      } else if (detail::has_low_precision(kin, out)) {
-        // No bf16/f16 kernel took the call: compute in f32 and round the outputs back.
-        bool wide_done = false;
-        detail::run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
-          if constexpr (HasCpuKernel<Op>)
-            if (!force_reference()) wide_done = Op::cpu(ctx, win, wout, attrs).ok;
-          if (!wide_done) {
-            Op::ref(ctx, win, wout, attrs);
-            counted = ctx.macs_counted();
-          }
-          return true;
-        });
-        kernel = wide_done ? "cpu-f32" : "ref-f32";
-      } else {
-        Op::ref(ctx, kin, out, attrs);
-        kernel = "ref";
-        counted = ctx.macs_counted();
-      }
-      ws = ctx.workspace_bytes();
-      if (observing_ops()) impl = ctx.impl();
-    } else if (dev == Device::cuda) {
-      throw Error(fmt::format("[{}] this build has no cuda kernels", Op::kName));
-    } else if (dev == Device::meta) {
-      // Planning: the cpu kernel requests its workspace (accounted on meta) and runs nothing.
-      if constexpr (HasCpuKernel<Op>) {
-        if (plan_kernels_on_meta() && cpu_kernel_plans<Op> && !force_reference()) {
-          KernelCtx ctx(KernelCtx::Mode::plan);
-          Support s = Op::cpu(ctx, kin, out, attrs);
-          if (s.ok) {
-            kernel = "plan";
-          } else {
-            skipped = s.why;
-            // As on the cpu: no low-precision kernel took the call, so it computes in f32 on
-            // widened copies (accounted here as they will be there).
-            if (detail::has_low_precision(kin, out)) {
-              bool wide_ok = false;
-              detail::run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
-                wide_ok = Op::cpu(ctx, win, wout, attrs).ok;
-                return true;
-              });
-              kernel = wide_ok ? "plan-f32" : "plan-ref-f32";
-            }
-          }
-          ws = ctx.workspace_bytes();
-          impl = ctx.impl();
-        }
-      }
-    }
+    if constexpr (!takes_strided<Op>()) detail::make_dense(kin, aliased_inputs);
+    for (size_t i = 0; i < specs.size(); ++i)
+      out.push_back(detail::make_output(Op::kName, specs[i], in, i < alias_of.size() ? alias_of[i] : -1, dev));
+    detail::run_kernels(kId, Op::kName, dev, kin, out, &attrs, run);
   }
 
   int64_t saved_bytes = 0;
-  bool any_grad = false;
+  SavedSet ss{};
+  NeedsGrad needs;
   if (grad_enabled())
-    for (auto& t : in) any_grad = any_grad || t.requires_grad();
-  if (any_grad) {
-    {
-      auto node = std::make_shared<OpNode<Op>>();
-      node->attrs = attrs;
-      node->scope = current_scope();
-      node->num_outputs = int(out.size());
-      SavedSet ss = Op::saved(attrs);
-      for (size_t i = 0; i < in.size(); ++i) {
-        node->in_specs.push_back(in[i].defined() ? in[i].spec() : TensorSpec{});
-        node->needs_grad.push_back(in[i].requires_grad());
-        node->next.push_back(gradient_edge(in[i]));
-        bool keep = (ss.inputs >> i) & 1u;
-        if (keep && in[i].defined() && in[i].storage().tag() == Tag::temporary)
-          saved_bytes += in[i].nbytes();
-        node->saved_in.emplace_back(keep ? SavedTensor(in[i]) : SavedTensor());
-      }
-      for (size_t i = 0; i < out.size(); ++i) {
-        bool keep = (ss.outputs >> i) & 1u;
-        if (keep) saved_bytes += out[i].nbytes();
-        node->saved_out.emplace_back(keep ? SavedTensor(out[i]) : SavedTensor());
-      }
-      for (size_t i = 0; i < out.size(); ++i) {
-        if (!is_floating(out[i].dtype())) continue;
-        auto& im = out[i].impl();
-        im.requires_grad = true;
-        im.grad_fn = node;
-        im.output_nr = int(i);
-      }
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].requires_grad()) needs.bits |= 1u << i;
+  if (needs.any()) {
+    auto node = std::make_shared<OpNode<Op>>();
+    node->attrs = attrs;
+    node->scope = current_scope();
+    node->num_outputs = int(out.size());
+    ss = Op::saved(attrs, needs);
+    for (size_t i = 0; i < in.size(); ++i) {
+      node->in_specs.push_back(in[i].defined() ? in[i].spec() : TensorSpec{});
+      node->needs_grad.push_back(needs[i]);
+      node->next.push_back(gradient_edge(in[i]));
+      bool keep = (ss.inputs >> i) & 1u;
+      if (keep && in[i].defined() && in[i].storage().tag() == Tag::temporary) saved_bytes += in[i].nbytes();
+      node->saved_in.emplace_back(keep ? SavedTensor(in[i]) : SavedTensor());
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      bool keep = (ss.outputs >> i) & 1u;
+      if (keep) saved_bytes += out[i].nbytes();
+      node->saved_out.emplace_back(keep ? SavedTensor(out[i]) : SavedTensor());
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!is_floating(out[i].dtype()) || ((aliases >> i) & 1u)) continue;  // written in place: not a new value
+      auto& im = out[i].impl();
+      im.requires_grad = true;
+      im.grad_fn = node;
+      im.output_nr = int(i);
     }
   }
-  if (observing_ops()) detail::report(Op::kName, cost, kernel, std::move(skipped), in, out, counted, ws, saved_bytes,
-                                       std::move(impl));
+  if (observing_ops())
+    detail::report(kId, Op::kName, &attrs, cost, std::move(run), in, out, saved_bytes, ss, aliases, out_tag);
   return out;
 }
 

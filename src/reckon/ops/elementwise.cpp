@@ -19,7 +19,12 @@ Cost Binary<F>::cost(std::span<const Tensor> in, std::span<const TensorSpec> out
   return elementwise_cost(in, out, 1);
 }
 template <class F>
-SavedSet Binary<F>::saved(const Attrs&) { return {F::kSaved, 0}; }
+SavedSet Binary<F>::saved(const Attrs&, NeedsGrad needs) {
+  if constexpr (std::is_same_v<F, MulF>) return saved_for_product(needs);
+  // da = dy / b needs b; db = -dy a / b^2 needs both.
+  if constexpr (std::is_same_v<F, DivF>) return {(needs[1] ? 1u : 0u) | (needs.any() ? 2u : 0u), 0};
+  return {F::kSaved, 0};
+}
 
 template <class F>
 std::vector<Tensor> Binary<F>::backward(const BackwardArgs& b, const Attrs&) {
@@ -56,7 +61,7 @@ std::vector<TensorSpec> Affine::infer(std::span<const Tensor> in, const Attrs&) 
 Cost Affine::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return elementwise_cost(in, out, 2);
 }
-SavedSet Affine::saved(const Attrs&) { return {}; }
+SavedSet Affine::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> Affine::backward(const BackwardArgs& b, const Attrs& a) {
   return {scale(b.grad_outputs[0], a.alpha)};
 }
@@ -74,7 +79,7 @@ Cost Unary<F>::cost(std::span<const Tensor> in, std::span<const TensorSpec> out,
   return elementwise_cost(in, out, F::kFlops);
 }
 template <class F>
-SavedSet Unary<F>::saved(const Attrs&) {
+SavedSet Unary<F>::saved(const Attrs&, NeedsGrad) {
   return F::kSavesOutput ? SavedSet{0, 1} : SavedSet{1, 0};
 }
 template <class F>
@@ -94,7 +99,7 @@ Cost UnaryBackward<F>::cost(std::span<const Tensor> in, std::span<const TensorSp
   return elementwise_cost(in, out, F::kFlops + 1);
 }
 template <class F>
-SavedSet UnaryBackward<F>::saved(const Attrs&) { return {}; }
+SavedSet UnaryBackward<F>::saved(const Attrs&, NeedsGrad) { return {}; }
 
 #define RK_INST_UNARY(F) template struct Unary<F>; template struct UnaryBackward<F>;
 RK_UNARY_FUNCTORS(RK_INST_UNARY)
@@ -117,19 +122,5 @@ Tensor gelu(const Tensor& x) { return call1<Gelu>({x}); }
 Tensor silu(const Tensor& x) { return call1<Silu>({x}); }
 Tensor sigmoid(const Tensor& x) { return call1<Sigmoid>({x}); }
 Tensor tanh(const Tensor& x) { return call1<Tanh>({x}); }
-
-void add_(const Tensor& dst, const Tensor& src) {
-  RK_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[add_] {} += {}", dst.str(), src.str());
-  if (dst.is_meta()) return;
-  Tensor s = src.is_contiguous() ? src : contiguous(src);
-  RK_CHECK(dst.is_contiguous(), "[add_] destination must be contiguous");
-  visit_float(dst.dtype(), "add_", [&]<class T>() {
-    T* d = dst.data<T>();
-    const T* p = s.data<T>();
-    int64_t n = dst.numel();
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] += p[i];
-  });
-}
 
 }  // namespace reckon

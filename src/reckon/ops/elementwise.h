@@ -46,7 +46,10 @@ using Div = Binary<DivF>;
 struct Affine {
   static constexpr std::string_view kName = "affine";
   static constexpr std::string_view kOnnx = "Mul+Add";
-  struct A { double alpha = 1.0, beta = 0.0; };
+  struct A {
+    double alpha = 1.0, beta = 0.0;
+    RK_FIELDS(alpha, beta)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -57,6 +60,7 @@ struct Affine {
 // alpha: the op's one parameter (leaky_relu's slope), unused elsewhere.
 struct UnaryAttrs {
   double alpha = 0.0;
+  RK_FIELDS(alpha)
 };
 
 template <class F>

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "reckon/core/reflect.h"
 #include "reckon/core/tensor.h"
 
 namespace reckon {
@@ -31,7 +32,13 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor affine(const Tensor& x, double alpha, double beta);  // alpha * x + beta
 Tensor scale(const Tensor& x, double alpha);                // alpha * x
-void add_(const Tensor& dst, const Tensor& src);            // dst += src, in place, no autograd
+// ---- writes: each an op (ops/writes.h), so recorded, costed and captured; no autograd ----
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);  // uninitialised
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device dev = Device::cpu);
+void fill_(const Tensor& dst, double value);
+void copy_(const Tensor& dst, const Tensor& src);  // same numel, any dtypes and strides
+void add_(const Tensor& dst, const Tensor& src);   // dst += src (same shape and dtype, dst dense)
+void add_scalar_(const Tensor& dst, double value); // dst += value, any dtype
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
@@ -91,6 +98,7 @@ struct CrossEntropyArgs {
   Reduction reduction = Reduction::mean;
   double label_smoothing = 0.0;
   int64_t ignore_index = -100;
+  RK_FIELDS(reduction, label_smoothing, ignore_index)
 };
 // logits (N, C), target (N) int64 class indices.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyArgs& a = {});

@@ -61,7 +61,7 @@ std::vector<TensorSpec> Softmax::infer(std::span<const Tensor> in, const Attrs& 
 Cost Softmax::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return elementwise_cost(in, out, 8);  // max, subtract, exp (4), sum, scale
 }
-SavedSet Softmax::saved(const Attrs&) { return {0, 1}; }
+SavedSet Softmax::saved(const Attrs&, NeedsGrad) { return {0, 1}; }
 std::vector<Tensor> Softmax::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return {Tensor()};
   return {call1<SoftmaxBackward>({b.grad_outputs[0], b.outputs[0]}, a)};
@@ -79,7 +79,7 @@ Cost LogSoftmax::cost(std::span<const Tensor> in, std::span<const TensorSpec> ou
   c.flops += 4 * g.outer * g.inner;       // one log per row
   return c;
 }
-SavedSet LogSoftmax::saved(const Attrs&) { return {0, 1}; }
+SavedSet LogSoftmax::saved(const Attrs&, NeedsGrad) { return {0, 1}; }
 std::vector<Tensor> LogSoftmax::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return {Tensor()};
   return {call1<LogSoftmaxBackward>({b.grad_outputs[0], b.outputs[0]}, a)};
@@ -100,7 +100,7 @@ std::vector<TensorSpec> SoftmaxBackward::infer(std::span<const Tensor> in, const
 Cost SoftmaxBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return elementwise_cost(in, out, 4);  // dy * y summed (2), subtract, multiply
 }
-SavedSet SoftmaxBackward::saved(const Attrs&) { return {}; }
+SavedSet SoftmaxBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 std::vector<TensorSpec> LogSoftmaxBackward::infer(std::span<const Tensor> in, const Attrs& a) {
   return infer_softmax_backward(kName, in, a.dim);
@@ -108,7 +108,7 @@ std::vector<TensorSpec> LogSoftmaxBackward::infer(std::span<const Tensor> in, co
 Cost LogSoftmaxBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return elementwise_cost(in, out, 7);  // sum dy, exp (4), multiply, subtract
 }
-SavedSet LogSoftmaxBackward::saved(const Attrs&) { return {}; }
+SavedSet LogSoftmaxBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- cross entropy ----
 std::vector<TensorSpec> CrossEntropy::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -124,7 +124,7 @@ Cost CrossEntropy::cost(std::span<const Tensor> in, std::span<const TensorSpec> 
   // log_softmax (8 per element, a log per row); the smoothing sum; pick, scale, reduce per row.
   return {0, 8 * N * C + (a.label_smoothing > 0 ? N * C : 0) + 8 * N, bytes_of(in), bytes_of(out)};
 }
-SavedSet CrossEntropy::saved(const Attrs&) { return {0b10, 0b10}; }
+SavedSet CrossEntropy::saved(const Attrs&, NeedsGrad) { return {0b10, 0b10}; }
 std::vector<Tensor> CrossEntropy::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.needs_grad[0]) return {Tensor(), Tensor()};
   Tensor dx;
@@ -152,7 +152,7 @@ std::vector<TensorSpec> CrossEntropyBackward::infer(std::span<const Tensor> in, 
 Cost CrossEntropyBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 6 * in[1].numel(), bytes_of(in), bytes_of(out)};  // exp (4), subtract, scale
 }
-SavedSet CrossEntropyBackward::saved(const Attrs&) { return {}; }
+SavedSet CrossEntropyBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- nll loss ----
 std::vector<TensorSpec> NllLoss::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -167,7 +167,7 @@ Cost NllLoss::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, 
   // Reads one logp per row (and the targets), not the whole (N, C).
   return {0, 2 * N, in[1].nbytes() + N * int64_t(dtype_size(in[0].dtype())), bytes_of(out)};
 }
-SavedSet NllLoss::saved(const Attrs&) { return {0b10, 0}; }
+SavedSet NllLoss::saved(const Attrs&, NeedsGrad) { return {0b10, 0}; }
 std::vector<Tensor> NllLoss::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return {Tensor(), Tensor()};
   return {call1<NllLossBackward>({b.grad_outputs[0], b.inputs[1]}, {a, b.input_specs[0].shape[1]}), Tensor()};
@@ -186,7 +186,7 @@ std::vector<TensorSpec> NllLossBackward::infer(std::span<const Tensor> in, const
 Cost NllLossBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, in[1].numel(), bytes_of(in), bytes_of(out)};
 }
-SavedSet NllLossBackward::saved(const Attrs&) { return {}; }
+SavedSet NllLossBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- functional ----
 Tensor softmax(const Tensor& x, int64_t dim) { return call1<Softmax>({x}, {dim}); }

@@ -15,6 +15,7 @@ namespace reckon {
 
 struct SoftmaxAttrs {
   int64_t dim = -1;
+  RK_FIELDS(dim)
 };
 
 // x seen as (outer, len, inner) around the softmax dim: element (o, j, i) is at
@@ -96,6 +97,7 @@ struct CrossEntropyBackward {
 struct NllAttrs {
   Reduction reduction = Reduction::mean;
   int64_t ignore_index = -100;
+  RK_FIELDS(reduction, ignore_index)
 };
 
 // in = (logp (N, C), target (N) i64) -> loss ([] or (N)): -logp[i, t_i], 0 where ignored.
@@ -118,6 +120,7 @@ struct NllLossBackward {
   struct A {
     NllAttrs nll;
     int64_t classes = 0;
+    RK_FIELDS(nll, classes)
   };
   RK_OP_DECLS(A);
   RK_OP_REF;

@@ -37,7 +37,7 @@ Cost Matmul::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, c
   MatDims d = mat_dims(in, a);
   return {d.batch * d.m * d.n * d.k, 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Matmul::saved(const Attrs&) { return {3, 0}; }
+SavedSet Matmul::saved(const Attrs&, NeedsGrad needs) { return saved_for_product(needs); }
 std::vector<Tensor> Matmul::backward(const BackwardArgs& b, const Attrs& a) {
   const Tensor& dy = b.grad_outputs[0];  // (..., M, N)
   const Tensor &x = b.inputs[0], &y = b.inputs[1];
@@ -45,7 +45,7 @@ std::vector<Tensor> Matmul::backward(const BackwardArgs& b, const Attrs& a) {
   if (b.needs_grad[0])  // C = A B: dA = dC B^T (stored transposed: dA^T = B dC^T)
     dx = a.trans_a ? matmul(y, dy, a.trans_b, true) : matmul(dy, y, false, !a.trans_b);
   if (b.needs_grad[1]) {
-    if (y.dim() == 2 && x.dim() > 2) {  // shared b: fold the batch into rows
+    if (b.input_specs[1].shape.size() == 2 && x.dim() > 2) {  // shared b: fold the batch into rows
       Tensor x2 = reshape(x, {-1, x.size(-1)});
       Tensor dy2 = reshape(dy, {-1, dy.size(-1)});
       RK_CHECK(!a.trans_a, "[matmul] backward of a batched transposed a against a shared b is not supported");
@@ -75,7 +75,7 @@ Cost Linear::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, c
   bool bias = in.size() > 2 && in[2].defined();
   return {n * i * o, bias ? n * o : 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Linear::saved(const Attrs&) { return {3, 0}; }
+SavedSet Linear::saved(const Attrs&, NeedsGrad needs) { return saved_for_product(needs); }
 std::vector<Tensor> Linear::backward(const BackwardArgs& b, const Attrs&) {
   const Tensor& dy = b.grad_outputs[0];  // (N, OUT)
   Tensor dx, dw, db;

@@ -18,7 +18,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
       im.grad = g.impl_ptr();
     } else {
       TagGuard tg(Tag::grad);
-      Tensor dst = Tensor::empty(im.shape, im.dtype, g.device());
+      Tensor dst = empty(im.shape, im.dtype, g.device());
       copy_(dst, g);
       im.grad = dst.impl_ptr();
     }

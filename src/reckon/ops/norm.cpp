@@ -47,7 +47,8 @@ std::vector<TensorSpec> BatchNorm2d::infer(std::span<const Tensor> in, const Att
   if (a.training) {
     int64_t m = C ? x.numel() / C : 0;
     RK_CHECK(m > 1, "[{}] expected more than 1 value per channel when training, got x {}", kName, shape_str(x.shape()));
-    return {x.spec(), {{C}, stat_dtype(x.dtype())}, {{C}, stat_dtype(x.dtype())}};
+    if (!running) return {x.spec(), {{C}, stat_dtype(x.dtype())}, {{C}, stat_dtype(x.dtype())}};
+    return {x.spec(), {{C}, stat_dtype(x.dtype())}, {{C}, stat_dtype(x.dtype())}, in[3].spec(), in[4].spec()};
   }
   return {x.spec()};
 }
@@ -57,15 +58,16 @@ Cost BatchNorm2d::cost(std::span<const Tensor> in, std::span<const TensorSpec> o
   if (a.training) {
     // mean: 1 add; var: sub, mul, add; y = x * scale + shift: 2. Per channel: invstd, scale,
     // shift, the two running updates.
-    k.flops = 6 * n + 12 * c;
-    if (in[3].defined()) k.bytes_written += 2 * c * es(in[3]);
+    k.flops = 6 * n + 12 * c;  // the running stats' writes are outputs 3 and 4
   } else {
     k.flops = 2 * n + 4 * c;
   }
   return k;
 }
-SavedSet BatchNorm2d::saved(const Attrs& a) {
-  return a.training ? SavedSet{0b00011, 0b110} : SavedSet{0b11011, 0};
+SavedSet BatchNorm2d::saved(const Attrs& a, NeedsGrad needs) {
+  // The weight is needed for dx only; x (with the statistics) for every gradient.
+  const uint32_t w = needs[0] ? 0b00010 : 0;
+  return a.training ? SavedSet{0b00001 | w, 0b110} : SavedSet{0b11001 | w, 0};
 }
 std::vector<Tensor> BatchNorm2d::backward(const BackwardArgs& b, const Attrs& a) {
   std::vector<Tensor> r(5);
@@ -82,7 +84,7 @@ std::vector<Tensor> BatchNorm2d::backward(const BackwardArgs& b, const Attrs& a)
   }
   // Gradients that reached the saved batch statistics (only if a caller used them):
   // mean = sum(x) / M, invstd = (var + eps)^-1/2, d invstd / dx = -invstd^3 (x - mean) / M.
-  if (a.training && want_x && b.grad_outputs.size() == 3 &&
+  if (a.training && want_x && b.grad_outputs.size() >= 3 &&
       (b.grad_outputs[1].defined() || b.grad_outputs[2].defined())) {
     const Tensor &gm = b.grad_outputs[1], &gi = b.grad_outputs[2];
     const int64_t C = x.size(1);
@@ -122,7 +124,7 @@ Cost BatchNorm2dBackward::cost(std::span<const Tensor> in, std::span<const Tenso
   // sums: dy (1), dy * (x - mean) (3); training dx = (dy - a - (x - mean) * b) * c (5), eval dx = dy * c (1).
   return {0, a.training ? 9 * n + 8 * c : 5 * n + 6 * c, bytes_of(in), bytes_of(out)};
 }
-SavedSet BatchNorm2dBackward::saved(const Attrs&) { return {}; }
+SavedSet BatchNorm2dBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- local response norm ----
 std::vector<TensorSpec> LocalResponseNorm::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -136,7 +138,7 @@ Cost LocalResponseNorm::cost(std::span<const Tensor> in, std::span<const TensorS
   // window of squares: size MACs; s = k + alpha / size * sum: 2; s^-beta: 2 (log, exp); x * that: 1.
   return {n * a.size, 5 * n, bytes_of(in), bytes_of(out)};
 }
-SavedSet LocalResponseNorm::saved(const Attrs&) { return {1, 0}; }
+SavedSet LocalResponseNorm::saved(const Attrs&, NeedsGrad) { return {1, 0}; }
 std::vector<Tensor> LocalResponseNorm::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return {Tensor()};
   return {call1<LocalResponseNormBackward>({b.grad_outputs[0], b.inputs[0]}, a)};
@@ -156,7 +158,7 @@ Cost LocalResponseNormBackward::cost(std::span<const Tensor> in, std::span<const
   // window (size MACs), dy s^-beta - coef x t (3).
   return {2 * n * a.size, 10 * n, bytes_of(in), bytes_of(out)};
 }
-SavedSet LocalResponseNormBackward::saved(const Attrs&) { return {}; }
+SavedSet LocalResponseNormBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- dropout ----
 std::vector<TensorSpec> Dropout::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -170,7 +172,7 @@ Cost Dropout::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, 
   // per element: draw and compare, multiply; writes y and the mask.
   return {0, 2 * in[0].numel(), bytes_of(in), bytes_of(out)};
 }
-SavedSet Dropout::saved(const Attrs&) { return {0, 0b10}; }
+SavedSet Dropout::saved(const Attrs&, NeedsGrad) { return {0, 0b10}; }
 std::vector<Tensor> Dropout::backward(const BackwardArgs& b, const Attrs&) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return {Tensor()};
   return {mul(b.grad_outputs[0], b.outputs[1])};
@@ -187,7 +189,9 @@ Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double b
 Tensor dropout(const Tensor& x, double p, bool training) {
   RK_CHECK(p >= 0.0 && p <= 1.0, "[dropout] probability has to be between 0 and 1, but got {}", p);
   if (!training || p == 0.0) return x;
-  return call<Dropout>({x}, {p, true})[0];
+  DropoutAttrs a{p, true, 0};
+  Dropout::reseed(a);
+  return call<Dropout>({x}, a)[0];
 }
 
 }  // namespace reckon

@@ -12,14 +12,17 @@ namespace reckon {
 struct BatchNormAttrs {
   bool training = true;
   double momentum = 0.1, eps = 1e-5;
+  RK_FIELDS(training, momentum, eps)
 };
 
 // in = (x (N, C, *), weight (C), bias (C), running_mean (C), running_var (C)); weight and bias
 // may be undefined (1 and 0); the running stats may be undefined in training only.
 // training: y = (x - mean) * invstd * weight + bias with the batch mean and biased variance,
-//   invstd = 1 / sqrt(var + eps); out = y, save_mean (C), save_invstd (C) (x's dtype). The
-//   kernel updates the running stats IN PLACE: running = (1 - momentum) * running +
-//   momentum * batch, with the unbiased variance (var * M / (M - 1), M = N * S).
+//   invstd = 1 / sqrt(var + eps); out = y, save_mean (C), save_invstd (C) (x's dtype), and, when
+//   the running stats are given, running_mean and running_var themselves as outputs 3 and 4,
+//   updated in place (as ONNX's training-mode BatchNormalization has them as outputs):
+//   running = (1 - momentum) * running + momentum * batch, with the unbiased variance
+//   (var * M / (M - 1), M = N * S).
 // eval: y from running_mean / running_var; out = y.
 // Keeps x and weight, plus save_mean/save_invstd (training) or running_mean/running_var (eval).
 // Backward is BatchNorm2dBackward, plus the exact gradient of save_mean/save_invstd should a
@@ -28,6 +31,7 @@ struct BatchNorm2d {
   static constexpr std::string_view kName = "batch_norm2d";
   static constexpr AmpPolicy kAmp = AmpPolicy::keep;
   static constexpr std::string_view kOnnx = "BatchNormalization";
+  static int alias_of(int out, const BatchNormAttrs&) { return out == 3 || out == 4 ? out : -1; }
   RK_OP_DECLS(BatchNormAttrs);
   RK_OP_REF;
   RK_OP_CPU;
@@ -51,6 +55,7 @@ struct BatchNorm2dBackward {
 struct LrnAttrs {
   int64_t size = 5;
   double alpha = 1e-4, beta = 0.75, k = 1.0;
+  RK_FIELDS(size, alpha, beta, k)
 };
 // Channel window of local response norm at channel c: [c - size / 2, c + (size - 1) / 2],
 // zero outside [0, C) (torch pads size / 2 channels before and (size - 1) / 2 after).
@@ -85,11 +90,15 @@ struct LocalResponseNormBackward {
 struct DropoutAttrs {
   double p = 0.5;
   bool training = true;
+  uint64_t seed = 0;  // the mask's seed: drawn by dropout() from default_generator(), one per call
+  RK_FIELDS(p, training, seed)
 };
 // Element i of a dropout mask keeps its value when dropout_keep(seed, i, p): a counter-based
-// uniform (splitmix64 of seed and i) >= p. The kernel draws seed once from
-// default_generator(), so the ref and cpu kernels give the same mask and the cpu one can run
-// in parallel. (The numbers are not PyTorch's stream; the distribution is.)
+// uniform (splitmix64 of seed and i) >= p. The functional dropout() draws the seed once from
+// default_generator() (on every device, so the meta device's stream stays the cpu's) and passes
+// it as an attribute: the ref and cpu kernels give the same mask, the cpu one can run in parallel,
+// and a captured graph replays the same mask (or a fresh one: Dropout::reseed). (The numbers are
+// not PyTorch's stream; the distribution is.)
 inline bool dropout_keep(uint64_t seed, int64_t i, double p) {
   uint64_t z = seed + (uint64_t(i) + 1) * 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -104,6 +113,10 @@ inline bool dropout_keep(uint64_t seed, int64_t i, double p) {
 struct Dropout {
   static constexpr std::string_view kName = "dropout";
   static constexpr std::string_view kOnnx = "Dropout";
+  // A new mask for a replay that should draw afresh (GraphModule in training).
+  static void reseed(DropoutAttrs& a) {
+    if (a.training && a.p > 0.0 && a.p < 1.0) a.seed = default_generator().next_u64();
+  }
   RK_OP_DECLS(DropoutAttrs);
   RK_OP_REF;
   RK_OP_CPU;

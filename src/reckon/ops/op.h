@@ -3,16 +3,25 @@
 //   Attrs                      its non-tensor arguments
 //   infer(in, attrs)           output shapes/dtypes, or reckon::Error naming the bad argument
 //   cost(in, out, attrs)       MACs, other FLOPs, bytes read and written
-//   saved(attrs)               which inputs/outputs the autograd node keeps (= activation memory)
+//   saved(attrs, needs)        which inputs/outputs the autograd node keeps (= activation memory),
+//                              given which inputs need a gradient
+//   Attrs::RK_FIELDS(...)      the attributes as data: names and members, for JSON and replay
 //   ref(ctx, in, out, attrs)   the reference kernel: plain loops, f32 and f64, counts its MACs
 //   cpu(ctx, in, out, attrs)   optional fast kernel; returns Support{false, why} to decline
 //   backward(args, attrs)      input gradients written with other ops, or kNoGradient = "why"
 //   kOnnx = "Conv"             its ONNX mapping, or kNotExportable = "why"
 //   kAmp = AmpPolicy::lower    optional: its mixed-precision rule (ops/autocast.h; default promote)
+//   alias_of(out, attrs)       optional: an in-place op's output `out` is input alias_of(...) itself
+//                              (written in place, not allocated); -1 for an output it allocates
+//   kClass = OpClass::conv     optional: what the ledger groups it by (conv, linear, update, write)
+//   kTakesStrided = true       optional: its kernels take strided inputs (else the dispatcher
+//                              makes them dense first, with a recorded `contiguous` op)
 // Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
-// only code that calls them. This file is not an op registry: the list is op_list.h.
+// only code that calls them, through the per-device table generated from the one list
+// (op_list.h). This file is not an op registry: the list is op_list.h.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <functional>
 #include <span>
@@ -20,10 +29,55 @@
 #include <string_view>
 #include <vector>
 
+#include "reckon/core/reflect.h"
 #include "reckon/core/tensor.h"
 #include "reckon/ops/autocast.h"
 
 namespace reckon {
+
+// Which inputs of a call need a gradient: bit i for input i.
+struct NeedsGrad {
+  uint32_t bits = 0;
+  constexpr bool operator[](size_t i) const { return (bits >> i) & 1u; }
+  constexpr bool any() const { return bits != 0; }
+};
+
+// Which part of a training step an op call belongs to: the graph's nodes and the ledger's rows
+// carry it. backward: run by the autograd engine (the nodes' backward ops and the gradient sums
+// between them); recompute: a forward op run again in backward (autograd/checkpoint.h);
+// optimizer: the update (the optimizers and the loss scaler set it).
+enum class Phase : uint8_t { forward, backward, recompute, optimizer };
+std::string_view phase_name(Phase p);
+Phase current_phase();
+class PhaseGuard {
+ public:
+  explicit PhaseGuard(Phase p);
+  ~PhaseGuard();
+  PhaseGuard(const PhaseGuard&) = delete;
+  PhaseGuard& operator=(const PhaseGuard&) = delete;
+
+ private:
+  Phase prev_;
+};
+
+// What the ledger groups an op by (op traits, instead of matching names).
+enum class OpClass : uint8_t {
+  other,
+  conv,    // convolutions (forward; their backward ops too, told apart by phase)
+  linear,  // linear, matmul
+  update,  // an optimizer's update of its parameters and state
+  write,   // fills, copies and in-place adds: gradient accumulation, zeroing, loss scaling
+};
+template <class Op>
+constexpr OpClass op_class() {
+  if constexpr (requires { Op::kClass; })
+    return Op::kClass;
+  else
+    return OpClass::other;
+}
+
+// How a kernel computed, where it has a choice the ledger times differently (kernels note it).
+enum class KernelAlgo : uint8_t { none, direct, winograd };
 
 struct Cost {
   int64_t macs = 0;           // multiply-accumulates (FLOPs = 2 x MACs)
@@ -51,6 +105,13 @@ struct SavedSet {
   uint32_t inputs = 0;
   uint32_t outputs = 0;
 };
+
+// The saved set of a product of two inputs (conv, linear, matmul): the gradient of each needs
+// the other, so input 0 is kept only when input 1 needs a gradient and input 1 only when input 0
+// does. A frozen layer (its weight needs none) keeps nothing of its input.
+constexpr SavedSet saved_for_product(NeedsGrad needs) {
+  return {(needs[1] ? 1u : 0u) | (needs[0] ? 2u : 0u), 0};
+}
 
 // A kernel's answer to "can you run this call?".
 struct Support {
@@ -82,8 +143,12 @@ class KernelCtx {
   // n zeroed elements of workspace that live as long as this context (the kernel call).
   // The implementation a kernel chose when it has several (oneDNN's name for it, e.g.
   // "jit_wino_4x3:avx512_core"); it goes into the op record, where the ledger times it.
-  void note_impl(std::string s) { impl_ = std::move(s); }
+  void note_impl(std::string s, KernelAlgo algo = KernelAlgo::none) {
+    impl_ = std::move(s);
+    algo_ = algo;
+  }
   const std::string& impl() const { return impl_; }
+  KernelAlgo algo() const { return algo_; }
   template <class T>
   T* scratch(int64_t n) {
     held_.push_back(workspace(n * int64_t(sizeof(T))));
@@ -94,6 +159,7 @@ class KernelCtx {
 
  private:
   Mode mode_ = Mode::run;
+  KernelAlgo algo_ = KernelAlgo::none;
   std::string impl_;
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
@@ -110,12 +176,24 @@ struct BackwardArgs {
   std::vector<bool> needs_grad;       // per input
 };
 
-// Everything the dispatcher knows about one op call; observers (ledger, tests) receive it.
+// Everything the dispatcher knows about one op call: the node it is. Observers (the graph
+// capture, the ledger's measurement, tests) receive it. The fields marked "during the callback"
+// point into the call and are valid only while the observer runs; a stored copy must not use
+// them (the graph capture turns them into values and copies the attributes).
 struct OpRecord {
   std::string_view op;
+  int op_id = -1;           // index in the one list (op_list.h)
+  const void* attrs = nullptr;  // the call's Op::Attrs (during the callback)
+  std::span<const Tensor> inputs, outputs;  // the tensors the kernel read and wrote (during the callback)
   std::string scope;        // module path, e.g. "features.0"
   bool backward = false;    // ran inside a backward pass
   bool recompute = false;   // a forward op run again in backward to rebuild dropped activations
+  Phase phase = Phase::forward;
+  SavedSet saved;           // what the autograd node keeps (0 when no node was recorded)
+  uint32_t aliases = 0;     // bit i: output i is an input written in place
+  DType autocast = DType::f32;  // the autocast dtype applied to the call (f32: none)
+  KernelAlgo algo = KernelAlgo::none;
+  Tag out_tag = Tag::temporary; // the tag the outputs were allocated under
   Cost cost;
   std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)
   std::string skipped;      // why the fast kernel was not used ("" if it was)
@@ -229,6 +307,20 @@ template <class Op>
 concept HasViewKernel = requires(std::span<const Tensor> in, const typename Op::Attrs& a) {
   { Op::view(in, a) } -> std::same_as<Tensor>;
 };
+template <class Op>
+concept HasInPlace = requires(const typename Op::Attrs& a) {
+  { Op::alias_of(0, a) } -> std::same_as<int>;
+};
+template <class Op>
+constexpr bool takes_strided() {
+  if constexpr (requires { Op::kTakesStrided; })
+    return Op::kTakesStrided;
+  else
+    return false;
+}
+
+// The kernel table's entry type: one function per (op, device), attributes type-erased.
+using KernelFn = Support (*)(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const void* attrs);
 
 // The compile-time contract of an op (checked for every entry of op_list.h).
 template <class Op>
@@ -237,7 +329,8 @@ concept OpDef = requires(std::span<const Tensor> in, std::span<const TensorSpec>
   { Op::kName } -> std::convertible_to<std::string_view>;
   { Op::infer(in, a) } -> std::same_as<std::vector<TensorSpec>>;
   { Op::cost(in, specs, a) } -> std::same_as<Cost>;
-  { Op::saved(a) } -> std::same_as<SavedSet>;
+  { Op::saved(a, NeedsGrad{}) } -> std::same_as<SavedSet>;
+  requires Reflected<typename Op::Attrs>;
   requires HasViewKernel<Op> || requires { { Op::ref(c, in, out, a) } -> std::same_as<void>; };
   requires HasBackward<Op> || requires { { Op::kNoGradient } -> std::convertible_to<std::string_view>; };
   requires requires { { Op::kOnnx } -> std::convertible_to<std::string_view>; } ||
@@ -248,7 +341,9 @@ concept OpDef = requires(std::span<const Tensor> in, std::span<const TensorSpec>
 
 // Declaration helpers for op structs (definitions go in ops/*.cpp and kernels/*/*.cpp).
 namespace reckon {
-struct NoAttrs {};
+struct NoAttrs {
+  RK_FIELDS()
+};
 }  // namespace reckon
 #define RK_OP_DECLS(AttrsType)                                                              \
   using Attrs = AttrsType;                                                                  \
@@ -256,7 +351,7 @@ struct NoAttrs {};
                                                  const Attrs& a);                           \
   static ::reckon::Cost cost(std::span<const ::reckon::Tensor> in,                          \
                              std::span<const ::reckon::TensorSpec> out, const Attrs& a);    \
-  static ::reckon::SavedSet saved(const Attrs& a)
+  static ::reckon::SavedSet saved(const Attrs& a, ::reckon::NeedsGrad needs)
 #define RK_OP_REF                                                                           \
   static void ref(::reckon::KernelCtx& ctx, std::span<const ::reckon::Tensor> in,           \
                   std::span<::reckon::Tensor> out, const Attrs& a)

@@ -62,7 +62,7 @@ std::vector<TensorSpec> MaxPool2d::infer(std::span<const Tensor> in, const Attrs
 Cost MaxPool2d::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs& a) {
   return {0, shape_numel(out[0].shape) * a.kernel[0] * a.kernel[1], bytes_of(in), bytes_of(out)};
 }
-SavedSet MaxPool2d::saved(const Attrs&) { return {0, 0b10}; }
+SavedSet MaxPool2d::saved(const Attrs&, NeedsGrad) { return {0, 0b10}; }
 std::vector<Tensor> MaxPool2d::backward(const BackwardArgs& b, const Attrs&) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return undefined(1);
   return {call1<MaxPool2dBackward>({b.grad_outputs[0], b.outputs[1]}, {b.input_specs[0].shape})};
@@ -82,7 +82,7 @@ std::vector<TensorSpec> MaxPool2dBackward::infer(std::span<const Tensor> in, con
 Cost MaxPool2dBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, in[0].numel(), bytes_of(in), bytes_of(out)};
 }
-SavedSet MaxPool2dBackward::saved(const Attrs&) { return {}; }
+SavedSet MaxPool2dBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- avg pool ----
 std::vector<TensorSpec> AvgPool2d::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -93,7 +93,7 @@ Cost AvgPool2d::cost(std::span<const Tensor> in, std::span<const TensorSpec> out
   // kh * kw - 1 adds and one divide per output.
   return {0, shape_numel(out[0].shape) * a.kernel[0] * a.kernel[1], bytes_of(in), bytes_of(out)};
 }
-SavedSet AvgPool2d::saved(const Attrs&) { return {}; }
+SavedSet AvgPool2d::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> AvgPool2d::backward(const BackwardArgs& b, const Attrs& a) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return undefined(1);
   return {call1<AvgPool2dBackward>({b.grad_outputs[0]}, {a, b.input_specs[0].shape})};
@@ -107,7 +107,7 @@ std::vector<TensorSpec> AvgPool2dBackward::infer(std::span<const Tensor> in, con
 Cost AvgPool2dBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs& a) {
   return {0, in[0].numel() * a.pool.kernel[0] * a.pool.kernel[1], bytes_of(in), bytes_of(out)};
 }
-SavedSet AvgPool2dBackward::saved(const Attrs&) { return {}; }
+SavedSet AvgPool2dBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- adaptive avg pool ----
 std::vector<TensorSpec> AdaptiveAvgPool2d::infer(std::span<const Tensor> in, const Attrs& a) {
@@ -118,7 +118,7 @@ Cost AdaptiveAvgPool2d::cost(std::span<const Tensor> in, std::span<const TensorS
   const Shape &x = in[0].shape(), &y = out[0].shape;
   return {0, x[0] * x[1] * adaptive_taps(x, y), bytes_of(in), bytes_of(out)};
 }
-SavedSet AdaptiveAvgPool2d::saved(const Attrs&) { return {}; }
+SavedSet AdaptiveAvgPool2d::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> AdaptiveAvgPool2d::backward(const BackwardArgs& b, const Attrs&) {
   if (!b.grad_outputs[0].defined() || !b.needs_grad[0]) return undefined(1);
   return {call1<AdaptiveAvgPool2dBackward>({b.grad_outputs[0]}, {b.input_specs[0].shape})};
@@ -134,7 +134,7 @@ std::vector<TensorSpec> AdaptiveAvgPool2dBackward::infer(std::span<const Tensor>
 Cost AdaptiveAvgPool2dBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs& a) {
   return {0, a.x_shape[0] * a.x_shape[1] * adaptive_taps(a.x_shape, in[0].shape()), bytes_of(in), bytes_of(out)};
 }
-SavedSet AdaptiveAvgPool2dBackward::saved(const Attrs&) { return {}; }
+SavedSet AdaptiveAvgPool2dBackward::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- functional ----
 namespace {

@@ -21,6 +21,7 @@ struct PoolAttrs {
   std::array<int64_t, 2> kernel{2, 2}, stride{2, 2}, padding{0, 0}, dilation{1, 1};
   bool ceil_mode = false;
   bool count_include_pad = true;  // avg pool only
+  RK_FIELDS(kernel, stride, padding, dilation, ceil_mode, count_include_pad)
 };
 
 // requires: x is (N, C, H, W); ensures: (N, C, HO, WO), or an Error naming op and shapes.
@@ -47,7 +48,10 @@ struct MaxPool2dBackward {
   static constexpr std::string_view kName = "max_pool2d_backward";
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { Shape x_shape; };
+  struct A {
+    Shape x_shape;
+    RK_FIELDS(x_shape)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -69,7 +73,11 @@ struct AvgPool2dBackward {
   static constexpr std::string_view kName = "avg_pool2d_backward";
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { PoolAttrs pool; Shape x_shape; };
+  struct A {
+    PoolAttrs pool;
+    Shape x_shape;
+    RK_FIELDS(pool, x_shape)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -80,7 +88,10 @@ struct AvgPool2dBackward {
 struct AdaptiveAvgPool2d {
   static constexpr std::string_view kName = "adaptive_avg_pool2d";
   static constexpr std::string_view kOnnx = "GlobalAveragePool";
-  struct A { std::array<int64_t, 2> output_size{1, 1}; };
+  struct A {
+    std::array<int64_t, 2> output_size{1, 1};
+    RK_FIELDS(output_size)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -92,7 +103,10 @@ struct AdaptiveAvgPool2dBackward {
   static constexpr std::string_view kName = "adaptive_avg_pool2d_backward";
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { Shape x_shape; };
+  struct A {
+    Shape x_shape;
+    RK_FIELDS(x_shape)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;

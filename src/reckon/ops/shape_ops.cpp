@@ -57,7 +57,7 @@ std::vector<TensorSpec> Reshape::infer(std::span<const Tensor> in, const Attrs& 
   return {{s, x.dtype()}};
 }
 Cost Reshape::cost(std::span<const Tensor>, std::span<const TensorSpec>, const Attrs&) { return free_cost(); }
-SavedSet Reshape::saved(const Attrs&) { return {}; }
+SavedSet Reshape::saved(const Attrs&, NeedsGrad) { return {}; }
 Tensor Reshape::view(std::span<const Tensor> in, const Attrs& a) {
   Shape s = infer(in, a)[0].shape;
   return make_view(in[0], s, contiguous_strides(s), in[0].offset());
@@ -82,7 +82,7 @@ std::vector<TensorSpec> Permute::infer(std::span<const Tensor> in, const Attrs& 
   return {{s, x.dtype()}};
 }
 Cost Permute::cost(std::span<const Tensor>, std::span<const TensorSpec>, const Attrs&) { return free_cost(); }
-SavedSet Permute::saved(const Attrs&) { return {}; }
+SavedSet Permute::saved(const Attrs&, NeedsGrad) { return {}; }
 Tensor Permute::view(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   infer(in, a);
@@ -113,7 +113,7 @@ std::vector<TensorSpec> Expand::infer(std::span<const Tensor> in, const Attrs& a
   return {{a.shape, x.dtype()}};
 }
 Cost Expand::cost(std::span<const Tensor>, std::span<const TensorSpec>, const Attrs&) { return free_cost(); }
-SavedSet Expand::saved(const Attrs&) { return {}; }
+SavedSet Expand::saved(const Attrs&, NeedsGrad) { return {}; }
 Tensor Expand::view(std::span<const Tensor> in, const Attrs& a) {
   infer(in, a);
   const Tensor& x = in[0];
@@ -139,7 +139,7 @@ std::vector<TensorSpec> Narrow::infer(std::span<const Tensor> in, const Attrs& a
   return {{s, x.dtype()}};
 }
 Cost Narrow::cost(std::span<const Tensor>, std::span<const TensorSpec>, const Attrs&) { return free_cost(); }
-SavedSet Narrow::saved(const Attrs&) { return {}; }
+SavedSet Narrow::saved(const Attrs&, NeedsGrad) { return {}; }
 Tensor Narrow::view(std::span<const Tensor> in, const Attrs& a) {
   Shape s = infer(in, a)[0].shape;
   const Tensor& x = in[0];
@@ -157,7 +157,7 @@ std::vector<TensorSpec> PadNarrow::infer(std::span<const Tensor> in, const Attrs
 Cost PadNarrow::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet PadNarrow::saved(const Attrs&) { return {}; }
+SavedSet PadNarrow::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- contiguous ----
 std::vector<TensorSpec> Contiguous::infer(std::span<const Tensor> in, const Attrs&) {
@@ -166,7 +166,7 @@ std::vector<TensorSpec> Contiguous::infer(std::span<const Tensor> in, const Attr
 Cost Contiguous::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Contiguous::saved(const Attrs&) { return {}; }
+SavedSet Contiguous::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> Contiguous::backward(const BackwardArgs& b, const Attrs&) { return {b.grad_outputs[0]}; }
 
 // ---- concat ----
@@ -190,7 +190,7 @@ std::vector<TensorSpec> Concat::infer(std::span<const Tensor> in, const Attrs& a
 Cost Concat::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Concat::saved(const Attrs&) { return {}; }
+SavedSet Concat::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> Concat::backward(const BackwardArgs& b, const Attrs& a) {
   std::vector<Tensor> r;
   int64_t d = normalize_dim("concat", a.dim, int64_t(b.input_specs[0].shape.size()));
@@ -210,7 +210,7 @@ std::vector<TensorSpec> Cast::infer(std::span<const Tensor> in, const Attrs& a) 
 Cost Cast::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 0, bytes_of(in), bytes_of(out)};
 }
-SavedSet Cast::saved(const Attrs&) { return {}; }
+SavedSet Cast::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> Cast::backward(const BackwardArgs& b, const Attrs&) {
   return {cast(b.grad_outputs[0], b.input_specs[0].dtype)};
 }
@@ -245,7 +245,7 @@ std::vector<TensorSpec> Sum::infer(std::span<const Tensor> in, const Attrs& a) {
 Cost Sum::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, in[0].numel(), bytes_of(in), bytes_of(out)};
 }
-SavedSet Sum::saved(const Attrs&) { return {}; }
+SavedSet Sum::saved(const Attrs&, NeedsGrad) { return {}; }
 std::vector<Tensor> Sum::backward(const BackwardArgs& b, const Attrs& a) {
   const Shape& xs = b.input_specs[0].shape;
   Shape kept = xs;

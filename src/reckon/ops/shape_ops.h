@@ -8,7 +8,10 @@ namespace reckon {
 struct Reshape {
   static constexpr std::string_view kName = "reshape";
   static constexpr std::string_view kOnnx = "Reshape";
-  struct A { Shape shape; };
+  struct A {
+    Shape shape;
+    RK_FIELDS(shape)
+  };
   RK_OP_DECLS(A);
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
@@ -17,7 +20,10 @@ struct Reshape {
 struct Permute {
   static constexpr std::string_view kName = "permute";
   static constexpr std::string_view kOnnx = "Transpose";
-  struct A { std::vector<int64_t> dims; };
+  struct A {
+    std::vector<int64_t> dims;
+    RK_FIELDS(dims)
+  };
   RK_OP_DECLS(A);
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
@@ -26,7 +32,10 @@ struct Permute {
 struct Expand {
   static constexpr std::string_view kName = "expand";
   static constexpr std::string_view kOnnx = "Expand";
-  struct A { Shape shape; };
+  struct A {
+    Shape shape;
+    RK_FIELDS(shape)
+  };
   RK_OP_DECLS(A);
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
@@ -35,7 +44,10 @@ struct Expand {
 struct Narrow {
   static constexpr std::string_view kName = "narrow";
   static constexpr std::string_view kOnnx = "Slice";
-  struct A { int64_t dim = 0, start = 0, length = 0; };
+  struct A {
+    int64_t dim = 0, start = 0, length = 0;
+    RK_FIELDS(dim, start, length)
+  };
   RK_OP_DECLS(A);
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
@@ -46,14 +58,20 @@ struct PadNarrow {
   static constexpr std::string_view kName = "narrow_backward";
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
-  struct A { Shape full_shape; int64_t dim = 0, start = 0; };
+  struct A {
+    Shape full_shape;
+    int64_t dim = 0, start = 0;
+    RK_FIELDS(full_shape, dim, start)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
 };
 
+// A dense copy of a strided x (the dispatcher inserts it before kernels that need dense inputs).
 struct Contiguous {
   static constexpr std::string_view kName = "contiguous";
   static constexpr std::string_view kOnnx = "Identity";
+  static constexpr bool kTakesStrided = true;
   RK_OP_DECLS(NoAttrs);
   RK_OP_REF;
   RK_OP_BACKWARD;
@@ -63,7 +81,10 @@ struct Contiguous {
 struct Concat {
   static constexpr std::string_view kName = "concat";
   static constexpr std::string_view kOnnx = "Concat";
-  struct A { int64_t dim = 0; };
+  struct A {
+    int64_t dim = 0;
+    RK_FIELDS(dim)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_BACKWARD;
@@ -73,7 +94,10 @@ struct Cast {
   static constexpr std::string_view kName = "cast";
   static constexpr AmpPolicy kAmp = AmpPolicy::keep;
   static constexpr std::string_view kOnnx = "Cast";
-  struct A { DType dtype = DType::f32; };
+  struct A {
+    DType dtype = DType::f32;
+    RK_FIELDS(dtype)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;  // f32 / bf16 / f16 / f64 conversions and same-dtype copies (kernels/cpu/cast.cpp)
@@ -85,7 +109,11 @@ struct Sum {
   static constexpr std::string_view kName = "sum";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
   static constexpr std::string_view kOnnx = "ReduceSum";
-  struct A { std::vector<int64_t> dims; bool keepdim = false; };
+  struct A {
+    std::vector<int64_t> dims;
+    bool keepdim = false;
+    RK_FIELDS(dims, keepdim)
+  };
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;

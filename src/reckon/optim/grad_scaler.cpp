@@ -5,14 +5,15 @@
 #include <cstdint>
 
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/node.h"
+#include "reckon/ops/update.h"
 
 namespace reckon::optim {
 
 namespace {
 
 constexpr const char* kKeys[] = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"};
-constexpr int64_t kParallelMin = int64_t(1) << 16;  // elements: below this one thread is faster
 
 void check_options(double init_scale, double growth_factor, double backoff_factor, int64_t growth_interval,
                    const char* where) {
@@ -25,30 +26,6 @@ void check_options(double init_scale, double growth_factor, double backoff_facto
   RK_CHECK(growth_interval >= 1 && growth_interval <= INT32_MAX,
            "[GradScaler] {}: growth_interval must be in [1, 2^31 - 1] (the tracker is int32), got {}", where,
            growth_interval);
-}
-
-// torch's _amp_foreach_non_finite_check_and_unscale_ on one f32 cpu tensor: g *= inv in place
-// (every element, finite or not); returns whether any element was inf or NaN.
-bool unscale_f32(const Tensor& g, float inv) {
-  const int64_t n = g.numel();
-  bool nonfinite = false;
-  if (g.is_contiguous()) {
-    float* d = g.data<float>();
-    // !(|v| <= FLT_MAX) is true for inf and NaN, and vectorises (std::isfinite may not).
-#pragma omp parallel for simd reduction(|| : nonfinite) if (n > kParallelMin)
-    for (int64_t k = 0; k < n; ++k) {
-      const float v = d[k];
-      nonfinite = nonfinite || !(std::fabs(v) <= FLT_MAX);
-      d[k] = v * inv;
-    }
-  } else {  // a strided gradient (rare): element by element in logical order
-    for (int64_t k = 0; k < n; ++k) {
-      const float v = float(g.get(k));
-      nonfinite = nonfinite || !std::isfinite(v);
-      g.set(k, double(v * inv));
-    }
-  }
-  return nonfinite;
 }
 
 std::string param_label(const Tensor& p, size_t i) {
@@ -105,8 +82,13 @@ void GradScaler::unscale_(Optimizer& opt) {
   }
   // torch: self._scale.double().reciprocal().float() ("FP32 division can be imprecise for
   // certain compile options"). Multiplying by it is not dividing by the scale.
-  const float inv = float(1.0 / double(scale_));
+  // Each gradient's unscale is an op (unscale_grad_: g *= inv in place, found_inf set on an inf or
+  // NaN), in the optimizer phase; the flag lives on the gradients' device and is read after each
+  // op on the cpu (to name the first parameter that overflowed). On meta nothing overflows.
+  const double inv = double(float(1.0 / double(scale_)));
   NoGrad no_grad;
+  PhaseGuard phase(Phase::optimizer);
+  Tensor found;
   const auto& params = opt.params();
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
@@ -116,11 +98,12 @@ void GradScaler::unscale_(Optimizer& opt) {
              "[GradScaler] unscale_: parameter {} ('{}') has a {} gradient; only float32 gradients are unscaled "
              "(keep the parameters, and so their gradients, in float32 under autocast)",
              i, p.name(), dtype_name(g.dtype()));
+    RK_CHECK(g.device() == Device::cpu || g.is_meta(), "[GradScaler] unscale_: parameter {} ('{}') has a gradient on {}",
+             i, p.name(), device_name(g.device()));
     st.checked = true;
-    if (g.is_meta()) continue;  // no data: nothing to check or scale
-    RK_CHECK(g.device() == Device::cpu, "[GradScaler] unscale_: parameter {} ('{}') has a gradient on {}", i,
-             p.name(), device_name(g.device()));
-    if (unscale_f32(g, inv)) {
+    if (!found.defined()) found = full({}, 0.0, DType::f32, g.device());
+    call<UnscaleGrad>({g, found}, {inv});
+    if (!g.is_meta() && !st.found_inf && found.item() != 0.0) {
       st.found_inf = true;
       if (overflow_param_.empty()) overflow_param_ = param_label(p, i);
     }

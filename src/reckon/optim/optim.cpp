@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "reckon/ops/functional.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/node.h"
+#include "reckon/ops/update.h"
 
 namespace reckon::optim {
 
@@ -43,7 +45,8 @@ Tensor& Optimizer::state(size_t i, const std::string& name, bool* created) {
   if (t) return *t;
   TagGuard tag(Tag::optimizer);
   const Tensor& p = params_[i];
-  st.tensors.emplace_back(name, Tensor::zeros(p.shape(), p.dtype(), p.device()));
+  st.tensors.emplace_back(name, full(p.shape(), 0.0, p.dtype(), p.device()));
+  st.tensors.back().second.set_name(fmt::format("optimizer.state.{}.{}", i, name));
   return st.tensors.back().second;
 }
 
@@ -118,28 +121,20 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& o) : Optimizer(std::move(
 
 void SGD::step() {
   NoGrad no_grad;
-  const float lr = float(lr_), wd = float(options.weight_decay), mom = float(options.momentum),
-              damp = float(options.dampening);
+  PhaseGuard phase(Phase::optimizer);
+  SgdAttrs a{.lr = lr_,
+             .weight_decay = options.weight_decay,
+             .momentum = options.momentum,
+             .dampening = options.dampening,
+             .nesterov = options.nesterov};
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     Tensor g = checked_grad(p, i);
     bool first = false;
-    Tensor buf = mom != 0.0f ? state(i, "momentum_buffer", &first) : Tensor();
-    if (p.is_meta()) continue;
-    float* pd = p.data<float>();
-    const float* gd = g.data<float>();
-    float* bd = buf.defined() ? buf.data<float>() : nullptr;
-    const int64_t n = p.numel();
-    for (int64_t k = 0; k < n; ++k) {
-      float d = gd[k];
-      if (wd != 0.0f) d += wd * pd[k];
-      if (bd) {
-        bd[k] = first ? d : mom * bd[k] + (1.0f - damp) * d;
-        d = options.nesterov ? d + mom * bd[k] : bd[k];
-      }
-      pd[k] -= lr * d;
-    }
+    Tensor buf = a.momentum != 0.0 ? state(i, "momentum_buffer", &first) : Tensor();
+    a.first = first;
+    call<SgdUpdate>({p, g, buf}, a);
   }
 }
 
@@ -160,36 +155,21 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& o)
 
 void Adam::step() {
   NoGrad no_grad;
-  const double b1 = options.beta1, b2 = options.beta2;
+  PhaseGuard phase(Phase::optimizer);
+  AdamAttrs a{.lr = lr_,
+              .beta1 = options.beta1,
+              .beta2 = options.beta2,
+              .eps = options.eps,
+              .weight_decay = options.weight_decay,
+              .decoupled = decoupled_};
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     Tensor g = checked_grad(p, i);
     Tensor m = state(i, "exp_avg");
     Tensor v = state(i, "exp_avg_sq");
-    int64_t t = ++states_[i].step;
-    if (p.is_meta()) continue;
-    // PyTorch's scalars: step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps.
-    const double bc1 = 1.0 - std::pow(b1, double(t)), bc2 = 1.0 - std::pow(b2, double(t));
-    const float step_size = float(lr_ / bc1), bc2_sqrt = float(std::sqrt(bc2)), eps = float(options.eps);
-    const float wd = float(options.weight_decay), decay = float(1.0 - lr_ * options.weight_decay);
-    const float w1 = float(1.0 - b1), fb2 = float(b2), w2 = float(1.0 - b2);
-    float* pd = p.data<float>();
-    const float* gd = g.data<float>();
-    float* md = m.data<float>();
-    float* vd = v.data<float>();
-    const int64_t n = p.numel();
-    for (int64_t k = 0; k < n; ++k) {
-      float d = gd[k];
-      if (decoupled_)
-        pd[k] *= decay;
-      else if (wd != 0.0f)
-        d += wd * pd[k];
-      md[k] += w1 * (d - md[k]);
-      vd[k] = vd[k] * fb2 + w2 * d * d;
-      const float denom = std::sqrt(vd[k]) / bc2_sqrt + eps;
-      pd[k] -= step_size * (md[k] / denom);
-    }
+    a.step = ++states_[i].step;
+    call<AdamUpdate>({p, g, m, v}, a);
   }
 }
 

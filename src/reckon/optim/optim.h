@@ -1,10 +1,12 @@
 // Optimizers with PyTorch's update formulas (torch.optim.SGD, Adam, AdamW; single-tensor,
 // non-amsgrad, non-maximize paths), one parameter group. Their state tensors (momentum
 // buffers, Adam moments) are allocated on the parameter's device under Tag::optimizer the
-// first time a parameter with a gradient is stepped, as PyTorch's lazy state: on the meta
-// device the updates are skipped but the state is still allocated, so the ledger sees it.
-// Updates are plain loops over f32 data, under no autograd. Not here: parameter groups,
-// amsgrad, closures, fused/foreach kernels.
+// first time a parameter with a gradient is stepped, as PyTorch's lazy state (a `full` op, named
+// "optimizer.state.<i>.<name>" as in state_dict()). Each parameter's update is one op
+// (ops/update.h: sgd_update, adam_update) under no autograd in the optimizer phase, so the ledger
+// times it from its declared cost and a captured step replays it; on the meta device it runs no
+// kernel but the state is still allocated. Not here: parameter groups, amsgrad, closures,
+// fused/foreach kernels.
 #pragma once
 #include <string>
 #include <vector>

@@ -4,7 +4,7 @@
 // User tensors are plain NCHW / OIHW; the primitive picks its own layouts (format `any`) and
 // we reorder in and out through workspace buffers, since the blocked jit kernels beat any
 // plain-layout kernel by far on AVX-512. Plans are built once per shape (and algorithm) and
-// reused. The algorithm is oneDNN's `convolution_auto` unless conv_algorithm() says direct:
+// reused. The algorithm is oneDNN's `convolution_auto` unless the call's ConvAttrs::algo says direct:
 // oneDNN 2.6 then picks Winograd F(4x4, 3x3) for most 3x3 stride-1 f32 convolutions, 1.5x
 // faster end to end on resnet18_cifar training here.
 #include <fmt/format.h>
@@ -55,12 +55,11 @@ ConvGeo conv_geo(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs
 std::string conv_key(const char* kind, const Shape& x, const Shape& w, const ConvAttrs& a, DType t, bool bias) {
   return fmt::format("{}:{}:{}:{},{},{},{},{},{},{}:{}:{}:{}", kind, shape_str(x), shape_str(w), a.stride[0],
                      a.stride[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups, int(t), bias,
-                     conv_algorithm_name(conv_algorithm()));
+                     conv_algorithm_name(a.algo));
 }
 
-dnnl::algorithm algorithm() {
-  return conv_algorithm() == ConvAlgorithm::direct ? dnnl::algorithm::convolution_direct
-                                                   : dnnl::algorithm::convolution_auto;
+dnnl::algorithm algorithm(const ConvAttrs& a) {
+  return a.algo == ConvAlgorithm::direct ? dnnl::algorithm::convolution_direct : dnnl::algorithm::convolution_auto;
 }
 
 // Which oneDNN implementations ran (conv_kernels_used()).
@@ -72,20 +71,22 @@ std::map<std::string, int64_t>& used() {
 // The kernel ran (or, planning, would run) `impl` for a call of `kind` (fwd, bwd_data,
 // bwd_weights): the op record names it, and a real run counts it.
 void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
-  ctx.note_impl(impl);
+  // oneDNN names its Winograd implementations "jit_wino_...", "..._wino_..."
+  ctx.note_impl(impl, impl.find("wino") != std::string::npos ? KernelAlgo::winograd : KernelAlgo::direct);
   if (ctx.planning()) return;
   std::lock_guard<std::mutex> g(g_used_mu);
   ++used()[impl + " " + kind];
 }
 const std::string kSmallDirect = "reckon small_direct";
 
-dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_type t, bool bias) {
+dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_type t, bool bias,
+                                                 const ConvAttrs& a) {
   auto any = tag::any;
-  auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(),
+  auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(a),
                                                   memory::desc(g.x, t, any), memory::desc(g.w, t, any),
                                                   memory::desc(g.b, t, tag::a), memory::desc(g.y, t, any),
                                                   g.stride, g.dil, g.pad_l, g.pad_r)
-                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(),
+                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(a),
                                                   memory::desc(g.x, t, any), memory::desc(g.w, t, any),
                                                   memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, default_attr(), engine());
@@ -138,7 +139,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   auto t = dt(x.dtype());
   static PlanCache<FwdPlan> cache;
   auto* plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
-    auto pd = fwd_pd(g, t, bias);
+    auto pd = fwd_pd(g, t, bias, a);
     return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str()};
   });
   if (!plan) return Support::no(kNoDnnlImpl);
@@ -176,9 +177,9 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   auto t = dt(dy.dtype());
   static PlanCache<BwdDataPlan> cache;
   auto* plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
-    auto hint = fwd_pd(g, t, false);
+    auto hint = fwd_pd(g, t, false, a.conv);
     auto any = tag::any;
-    dnnl::convolution_backward_data::desc d(algorithm(), memory::desc(g.x, t, any),
+    dnnl::convolution_backward_data::desc d(algorithm(a.conv), memory::desc(g.x, t, any),
                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any), g.stride,
                                             g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
@@ -218,13 +219,13 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   auto t = dt(dy.dtype());
   static PlanCache<BwdWeightPlan> cache;
   auto* plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
-    auto hint = fwd_pd(g, t, a.with_bias);
+    auto hint = fwd_pd(g, t, a.with_bias, a.conv);
     auto any = tag::any;
     auto d = a.with_bias
-                 ? dnnl::convolution_backward_weights::desc(algorithm(), memory::desc(g.x, t, any),
+                 ? dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, any),
                                                             memory::desc(g.w, t, any), memory::desc(g.b, t, tag::a),
                                                             memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r)
-                 : dnnl::convolution_backward_weights::desc(algorithm(), memory::desc(g.x, t, any),
+                 : dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, any),
                                                             memory::desc(g.w, t, any), memory::desc(g.y, t, any),
                                                             g.stride, g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);

@@ -111,8 +111,9 @@ void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const Batch
   const T* px = x.data<T>();
   const float* pw = opt(in[1]);
   const float* pb = opt(in[2]);
-  float* rm = in[3].defined() ? in[3].data<float>() : nullptr;
-  float* rv = in[4].defined() ? in[4].data<float>() : nullptr;
+  // The running stats: read in eval; in training written in place (outputs 3 and 4 are them).
+  float* rm = a.training ? (out.size() > 3 ? out[3].data<float>() : nullptr) : in[3].data<float>();
+  float* rv = a.training ? (out.size() > 3 ? out[4].data<float>() : nullptr) : in[4].data<float>();
   T* py = out[0].data<T>();
   float* sm = a.training ? out[1].data<float>() : nullptr;
   float* si = a.training ? out[2].data<float>() : nullptr;
@@ -293,9 +294,9 @@ Support LocalResponseNormBackward::cpu(KernelCtx& ctx, std::span<const Tensor> i
 namespace {
 template <class T>
 void dropout(const Tensor& x, std::span<Tensor> out, const DropoutAttrs& a) {
-  // Same draws as the reference: one seed, only when the mask is random.
+  // The same mask as the reference: the call's seed.
   const bool random = a.training && a.p > 0.0 && a.p < 1.0;
-  const uint64_t seed = random ? default_generator().next_u64() : 0;
+  const uint64_t seed = a.seed;
   const float scale = float(!a.training ? 1.0 : (a.p < 1.0 ? 1.0 / (1.0 - a.p) : 0.0));
   const T* px = x.data<T>();
   T* py = out[0].data<T>();

@@ -29,8 +29,9 @@ void BatchNorm2d::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tens
     const T* px = x.data<T>();
     const T* pw = opt<T>(in[1]);
     const T* pb = opt<T>(in[2]);
-    T* rm = in[3].defined() ? in[3].data<T>() : nullptr;
-    T* rv = in[4].defined() ? in[4].data<T>() : nullptr;
+    // The running stats: read in eval; in training written in place (outputs 3 and 4 are them).
+    T* rm = a.training ? (out.size() > 3 ? out[3].data<T>() : nullptr) : in[3].data<T>();
+    T* rv = a.training ? (out.size() > 3 ? out[4].data<T>() : nullptr) : in[4].data<T>();
     T* py = out[0].data<T>();
     for (int64_t c = 0; c < g.c; ++c) {
       double mean, invstd;
@@ -175,7 +176,7 @@ void LocalResponseNormBackward::ref(KernelCtx& ctx, std::span<const Tensor> in, 
 void Dropout::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const bool random = a.training && a.p > 0.0 && a.p < 1.0;
-  const uint64_t seed = random ? default_generator().next_u64() : 0;
+  const uint64_t seed = a.seed;
   const double scale = !a.training ? 1.0 : (a.p < 1.0 ? 1.0 / (1.0 - a.p) : 0.0);
   visit_float(x.dtype(), "dropout", [&]<class T>() {
     const T* px = x.data<T>();

@@ -24,8 +24,45 @@ void PadNarrow::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
 }
 
 void Contiguous::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  // The dispatcher has already made the input contiguous; this is a plain copy.
-  std::memcpy(out[0].raw_data(), in[0].raw_data(), size_t(out[0].nbytes()));
+  const Tensor& t = in[0];
+  Tensor& r = out[0];
+  if (t.is_contiguous()) {
+    std::memcpy(r.raw_data(), t.raw_data(), size_t(r.nbytes()));
+    return;
+  }
+  // Walk the strided source with an odometer; inner dimension copied by a typed loop.
+  const int64_t nd = t.dim();
+  const int64_t es = int64_t(dtype_size(t.dtype()));
+  const char* src = static_cast<const char*>(t.raw_data());
+  char* dst = static_cast<char*>(r.raw_data());
+  if (nd == 0) {
+    std::memcpy(dst, src, size_t(es));
+    return;
+  }
+  const auto& shape = t.shape();
+  const auto& st = t.strides();
+  int64_t inner = shape[nd - 1], inner_stride = st[nd - 1];
+  int64_t outer = t.numel() / std::max<int64_t>(inner, 1);
+  std::vector<int64_t> idx(size_t(nd), 0);
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < nd - 1; ++d) off += idx[size_t(d)] * st[d];
+    const char* s = src + off * es;
+    if (inner_stride == 1) {
+      std::memcpy(dst, s, size_t(inner * es));
+    } else if (es == 4) {
+      auto* d4 = reinterpret_cast<uint32_t*>(dst);
+      auto* s4 = reinterpret_cast<const uint32_t*>(s);
+      for (int64_t i = 0; i < inner; ++i) d4[i] = s4[i * inner_stride];
+    } else {
+      for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + i * es, s + i * inner_stride * es, size_t(es));
+    }
+    dst += inner * es;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      if (++idx[size_t(d)] < shape[d]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
 }
 
 void Concat::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
