@@ -86,18 +86,25 @@ json tags(const std::array<int64_t, kNumTags>& a) {
 // forward's, as the saved-bytes figures count them), and under "(memory)" the forward's and the
 // recomputation's (both hold memory): the low-precision weight of a product whose node keeps the
 // input (the weight needs a gradient) but not the weight (the input needs none).
+std::string row_of(const graph::Node& n) {
+  if (n.scope.empty()) return n.phase == Phase::backward && !n.in_backward_node ? "(autograd)" : "(model)";
+  return n.scope;
+}
+
 std::map<std::string, int64_t> weights_no_longer_saved(const Ledger& l) {
   std::map<std::string, int64_t> d;
-  for (const OpRecord& r : l.records) {
-    const OpClass c = op_info(r.op_id).op_class;
-    if ((r.phase != Phase::forward && r.phase != Phase::recompute) || (c != OpClass::conv && c != OpClass::linear) ||
-        r.in_dtypes.size() < 2)
+  if (!l.graph) return d;
+  for (const graph::Node& n : l.graph->nodes) {
+    const OpClass c = op_info(n.op).op_class;
+    if ((n.phase != Phase::forward && n.phase != Phase::recompute) || (c != OpClass::conv && c != OpClass::linear) ||
+        n.inputs.size() < 2 || n.inputs[1] < 0)
       continue;
-    if (!(r.saved.inputs & 1u) || (r.saved.inputs & 2u) || r.in_dtypes[1] == DType::f32) continue;
-    const int64_t b = shape_numel(r.in_shapes[1]) * int64_t(dtype_size(r.in_dtypes[1]));
+    const TensorSpec& w = l.graph->value(n.inputs[1]).spec;
+    if (!(n.saved.inputs & 1u) || (n.saved.inputs & 2u) || w.dtype == DType::f32) continue;
+    const int64_t b = shape_numel(w.shape) * int64_t(dtype_size(w.dtype));
     d["(memory)"] += b;
-    if (r.phase != Phase::forward) continue;
-    d[r.scope.empty() ? std::string("(model)") : r.scope] += b;
+    if (n.phase != Phase::forward) continue;
+    d[row_of(n)] += b;
     d[""] += b;
   }
   return d;
@@ -109,14 +116,16 @@ struct Added {
 };
 std::map<std::string, Added> added_by_writes(const Ledger& l) {
   std::map<std::string, Added> a;
-  for (const OpRecord& r : l.records) {
-    const OpClass c = op_info(r.op_id).op_class;
+  if (!l.graph) return a;
+  for (const graph::Node& n : l.graph->nodes) {
+    const OpClass c = op_info(n.op).op_class;
     if (c != OpClass::write && c != OpClass::update) continue;
-    for (const std::string& key : {r.scope.empty() ? std::string("(model)") : r.scope, std::string()}) {
+    const bool backward = n.phase == Phase::backward || n.phase == Phase::recompute;
+    for (const std::string& key : {row_of(n), std::string()}) {
       Added& x = a[key];
-      x.flops += 2 * r.cost.macs + r.cost.flops;
-      (r.backward ? x.bwd_flops : x.fwd_flops) += 2 * r.cost.macs + r.cost.flops;
-      x.bytes += r.cost.bytes_read + r.cost.bytes_written;
+      x.flops += 2 * n.cost.macs + n.cost.flops;
+      (backward ? x.bwd_flops : x.fwd_flops) += 2 * n.cost.macs + n.cost.flops;
+      x.bytes += n.cost.bytes_read + n.cost.bytes_written;
       x.ops += 1;
     }
   }
@@ -133,7 +142,7 @@ json canonical(const Ledger& l, bool with_rows) {
   const Added& all = added[""];
   auto unsaved = weights_no_longer_saved(l);
   const int64_t d = unsaved[""];
-  const bool guessed = l.records.empty();  // before the refactor: no records kept, the optimizer guessed
+  const bool guessed = !l.graph;  // before the refactor: no graph, the optimizer's bytes guessed
   j["optimizer_guess_bytes"] = t.optimizer_bytes;
   j["totals"] = {{"params", t.params},         {"fwd_macs", t.fwd_macs},     {"bwd_macs", t.bwd_macs},
                  {"conv_macs", t.conv_macs},   {"linear_macs", t.linear_macs}, {"flops", t.flops - all.flops},

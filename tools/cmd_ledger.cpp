@@ -25,6 +25,7 @@ struct LedgerArgs {
   std::string grad_scaler = "auto";
   std::string optimizer = "sgd";
   double momentum = 0.9;
+  std::vector<std::string> freeze;
   std::string device = "cpu";
   int64_t dataset_size = 0;
   int64_t epochs = 1;
@@ -70,6 +71,7 @@ int run(const LedgerArgs& a) {
   cfg.grad_scaler = a.grad_scaler;
   cfg.optimizer = a.optimizer;
   cfg.momentum = a.momentum;
+  cfg.freeze = a.freeze;
   cfg.device = a.device;
   cfg.dataset_size = a.dataset_size;
   cfg.epochs = a.epochs;
@@ -100,6 +102,9 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   sub->add_option("--grad-scaler", a.grad_scaler, "loss scaling: auto (fp16 only) | on | off")->capture_default_str();
   sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();
+  sub->add_option("--freeze", a.freeze,
+                  "parameters not trained: a state_dict name or module prefix, e.g. --freeze conv1 --freeze layer1 "
+                  "(repeatable)");
   sub->add_option("--device", a.device, "cpu, a100, a100-80gb, h100, h200, l4, rtx4090")->capture_default_str();
   sub->add_option("--dataset-size", a.dataset_size, "images per epoch, for the time of a whole run");
   sub->add_option("--epochs", a.epochs, "epochs of the whole run")->capture_default_str();

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "reckon/graph/capture.h"
+#include "reckon/nn/graph_module.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/module.h"
 #include "reckon/ops/conv.h"
@@ -98,19 +100,74 @@ LedgerMemory memory_since(Device d, const Others& o) {
   return m;
 }
 
-// An observer's copy of a record, read by its phase: the ops the engine runs between nodes
-// (the seed gradient, gradient sums where branches meet) carry no module scope and are
-// backward ops of "(autograd)"; recomputed forward ops run during backward
-// and count as backward work; the optimizer's are under "(optimizer)" (train::Step's scope).
-OpRecord in_phase(const OpRecord& r) {
-  OpRecord c = r;
-  c.inputs = c.outputs = {};
-  c.attrs = nullptr;
-  if (r.phase == Phase::backward || r.phase == Phase::recompute) {
-    if (!r.backward && r.phase == Phase::backward && c.scope.empty()) c.scope = "(autograd)";  // outside any node
-    c.backward = true;
-  }
-  return c;
+// The ledger's view of one op call: a node of the captured step (the prediction) or a record of
+// the measured one, read by its phase: the ops the engine runs between nodes (the seed gradient,
+// gradient sums where branches meet) carry no module scope and are backward ops of "(autograd)";
+// recomputed forward ops run during backward and count as backward work; the optimizer's are
+// under "(optimizer)" (train::Step's scope).
+struct LedgerOp {
+  int op = -1;
+  std::string_view name;
+  std::string row;        // the row it belongs to
+  bool backward = false, recompute = false;
+  Phase phase = Phase::forward;
+  Cost cost;
+  KernelAlgo algo = KernelAlgo::none;
+  std::string_view kernel;
+  std::vector<DType> in_dtypes;
+  bool has_output = false;
+  Shape out_shape;        // of output 0
+  int64_t workspace_bytes = 0, saved_bytes = 0;
+};
+
+std::string row_key(const std::string& scope) { return scope.empty() ? "(model)" : scope; }
+std::string row_of(const std::string& scope, Phase phase, bool in_backward_node) {
+  if (scope.empty() && phase == Phase::backward && !in_backward_node) return "(autograd)";  // outside any node
+  return row_key(scope);
+}
+
+LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
+  LedgerOp o;
+  o.op = n.op;
+  o.name = n.op_name();
+  o.row = row_of(n.scope, n.phase, n.in_backward_node);
+  o.phase = n.phase;
+  o.recompute = n.phase == Phase::recompute;
+  o.backward = n.phase == Phase::backward || n.phase == Phase::recompute;
+  o.cost = n.cost;
+  o.algo = n.algo;
+  o.kernel = n.kernel;
+  for (int id : n.inputs) o.in_dtypes.push_back(id >= 0 ? g.value(id).spec.dtype : DType::f32);
+  o.has_output = !n.outputs.empty();
+  if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
+  o.workspace_bytes = n.workspace_bytes;
+  o.saved_bytes = n.saved_bytes;
+  return o;
+}
+std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
+  std::vector<LedgerOp> r;
+  r.reserve(g.nodes.size());
+  for (const auto& n : g.nodes) r.push_back(ledger_op(g, n));
+  return r;
+}
+
+LedgerOp ledger_op(const OpRecord& r) {
+  LedgerOp o;
+  o.op = r.op_id;
+  o.name = r.op;
+  o.row = row_of(r.scope, r.phase, r.backward);
+  o.phase = r.phase;
+  o.recompute = r.phase == Phase::recompute;
+  o.backward = r.phase == Phase::backward || r.phase == Phase::recompute;
+  o.cost = r.cost;
+  o.algo = r.algo;
+  o.kernel = r.kernel;
+  o.in_dtypes = r.in_dtypes;
+  o.has_output = !r.out_shapes.empty();
+  if (o.has_output) o.out_shape = r.out_shapes[0];
+  o.workspace_bytes = r.workspace_bytes;
+  o.saved_bytes = r.saved_bytes;
+  return o;
 }
 
 std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
@@ -121,9 +178,11 @@ std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
 
 // One training step as the trainer runs it (train::Step): cfg.accum micro-batches of x, one
 // update. The gradients were dropped before.
+// With a capture, each micro-batch's loss is marked as an output of the graph.
 int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg,
-                   const Tensor& x, const Tensor& y) {
+                   const Tensor& x, const Tensor& y, graph::Capture* cap = nullptr) {
   train::Step step(m, opt, scaler, {.precision = precision_dtype(cfg.precision)});
+  if (cap) step.on_loss = [cap](const Tensor& loss) { cap->mark_output(loss); };
   int64_t classes = 0;
   step.begin(x.size(0) * cfg.accum);
   for (int64_t k = 0; k < cfg.accum; ++k) {
@@ -135,15 +194,13 @@ int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scal
 }
 
 // The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
-std::string op_precision(const OpRecord& r) {
+std::string op_precision(const LedgerOp& r) {
   for (DType d : r.in_dtypes) {
     if (d == DType::bf16) return "bf16";
     if (d == DType::f16) return "fp16";
   }
   return "fp32";
 }
-
-std::string row_key(const std::string& scope) { return scope.empty() ? "(model)" : scope; }
 
 // /proc/self/status fields in bytes (0 when unreadable).
 int64_t proc_status_bytes(const char* field) {
@@ -170,7 +227,8 @@ bool reset_peak_rss() {
 }
 
 struct MetaRun {
-  std::vector<OpRecord> records;
+  std::shared_ptr<graph::Graph> graph;  // the observed step, captured
+  std::vector<LedgerOp> ops;            // its nodes as the ledger reads them
   LedgerMemory memory;
   int64_t classes = 0;
   int64_t input_bytes = 0;
@@ -198,8 +256,12 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
     train_step(model, *opt, scaler.get(), cfg, x, y);  // warm-up: the optimizer's state now exists
     opt->zero_grad();
     tracker(Device::meta).reset_peak();
-    ObserveOps obs([&](const OpRecord& rec) { r.records.push_back(in_phase(rec)); });
-    r.classes = train_step(model, *opt, scaler.get(), cfg, x, y);
+    graph::Capture cap;
+    nn::declare_module(cap, model);
+    cap.declare(x, graph::ValueKind::input, "x");
+    cap.declare(y, graph::ValueKind::input, "target");
+    r.classes = train_step(model, *opt, scaler.get(), cfg, x, y, &cap);
+    r.graph = std::make_shared<graph::Graph>(cap.finish());
   } catch (const Error& e) {
     model.zero_grad(true);
     const OpFailure& f = last_op_failure();
@@ -215,23 +277,24 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
                             shapes, e.what()));
   }
   r.memory = memory_since(Device::meta, others);
+  r.ops = ledger_ops(*r.graph);
   opt.reset();
   model.zero_grad(true);
   return r;
 }
 
-void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs) {
+void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs) {
   std::unordered_map<std::string, const nn::Module*> mods;
   for (auto& [name, mod] : model.named_modules()) mods[name] = mod;
   std::unordered_map<std::string, size_t> index;
   std::vector<std::vector<std::string>> bwd_ops;  // per row: backward op names, for rows with no forward op
-  for (const OpRecord& r : recs) {
-    const std::string key = row_key(r.scope);
+  for (const LedgerOp& r : recs) {
+    const std::string& key = r.row;
     auto it = index.find(key);
     if (it == index.end()) {
       LedgerRow row;
       row.scope = key;
-      if (auto m = mods.find(r.scope); m != mods.end() && key != "(loss)") {
+      if (auto m = mods.find(key == "(model)" ? std::string() : key); m != mods.end() && key != "(loss)") {
         row.type = m->second->type_name();
         for (const auto& [n, t] : m->second->local_parameters()) row.params += t.numel();
       }
@@ -244,7 +307,7 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
     row.num_ops++;
     row.bytes_moved += bytes;
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
-    const OpClass cls = op_info(r.op_id).op_class;
+    const OpClass cls = op_info(r.op).op_class;
     if (r.recompute) L.totals.recompute_macs += r.cost.macs;
     if (r.algo == KernelAlgo::winograd) L.totals.winograd_ops++;
     if (cls == OpClass::update) L.totals.optimizer_bytes += bytes;
@@ -252,13 +315,13 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
       row.bwd_macs += r.cost.macs;
       row.bwd_flops += flops;
       auto& names = bwd_ops[it->second];
-      if (std::find(names.begin(), names.end(), r.op) == names.end()) names.emplace_back(r.op);
+      if (std::find(names.begin(), names.end(), r.name) == names.end()) names.emplace_back(r.name);
     } else {
       row.fwd_macs += r.cost.macs;
       row.fwd_flops += flops;
       row.saved_bytes += r.saved_bytes;
-      if (!r.out_shapes.empty()) row.out_shape = r.out_shapes[0];
-      if (std::find(row.ops.begin(), row.ops.end(), r.op) == row.ops.end()) row.ops.emplace_back(r.op);
+      if (r.has_output) row.out_shape = r.out_shape;
+      if (std::find(row.ops.begin(), row.ops.end(), r.name) == row.ops.end()) row.ops.emplace_back(r.name);
       if (cls == OpClass::conv) L.totals.conv_macs += r.cost.macs;
       if (cls == OpClass::linear) L.totals.linear_macs += r.cost.macs;
     }
@@ -277,22 +340,22 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<OpRecord>& recs)
 }
 
 // The FLOPs an op costs on a device: its declared ones, except that a convolution whose cpu
-// kernel chose Winograd (OpRecord::algo) runs the direct sum's FLOPs winograd_speedup times
+// kernel chose Winograd (the node's algo) runs the direct sum's FLOPs winograd_speedup times
 // faster on the calibrated cpu.
-double op_flops(const DeviceSpec& dev, const OpRecord& r) {
+double op_flops(const DeviceSpec& dev, const LedgerOp& r) {
   const double f = double(2 * r.cost.macs + r.cost.flops);
   const bool winograd = dev.name == "cpu" && r.algo == KernelAlgo::winograd;
   return winograd ? f / dev.winograd_speedup : f;
 }
 
 // Roofline time of every op on one device; per row into time_s (or cpu_time_s).
-LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpRecord>& recs) {
+LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<LedgerOp>& recs) {
   LedgerTime t;
   t.device = dev;
   t.precision = L.config.precision;
   t.peak_flops = dev.peak(t.precision);
   t.ridge = dev.ridge(t.precision);
-  for (const OpRecord& r : recs) {
+  for (const LedgerOp& r : recs) {
     const double flops = op_flops(dev, r), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
     const double tc = flops / dev.peak(op_precision(r)), tm = bytes / dev.bandwidth_bytes;
     if (tc >= tm) {
@@ -315,12 +378,12 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<OpR
   return t;
 }
 
-void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& dev, const DeviceSpec& cpu) {
+void row_times(Ledger& L, const std::vector<LedgerOp>& recs, const DeviceSpec& dev, const DeviceSpec& cpu) {
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < L.rows.size(); ++i) index[L.rows[i].scope] = i;
   const std::string& p = L.config.precision;
-  for (const OpRecord& r : recs) {
-    LedgerRow& row = L.rows[index.at(row_key(r.scope))];
+  for (const LedgerOp& r : recs) {
+    LedgerRow& row = L.rows[index.at(r.row)];
     const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
     row.time_s += dev.op_time_s(op_flops(dev, r), bytes, op_precision(r));
     row.cpu_time_s += cpu.op_time_s(op_flops(cpu, r), bytes, op_precision(r));
@@ -330,7 +393,7 @@ void row_times(Ledger& L, const std::vector<OpRecord>& recs, const DeviceSpec& d
 }
 
 // The same step for real on the cpu: memory by tag, resident memory and time per layer.
-void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const std::vector<OpRecord>& meta_recs) {
+void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const std::vector<LedgerOp>& meta_recs) {
   const LedgerConfig& cfg = L.config;
   LedgerMeasured& M = L.measured;
   RK_CHECK(model.device() == Device::cpu, "[ledger] --measure: the measured model must be on the cpu, not {}",
@@ -358,7 +421,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   // Each op's time is the wall time from the previous op's record to its own (so the engine's
   // and the dispatcher's work between kernels is counted); the best of the timed steps is kept
   // per op, since a machine shared with other jobs slows some steps down.
-  std::vector<OpRecord> recs;
+  std::vector<LedgerOp> recs;
   std::vector<double> op_s;
   double best_step_s = 1e30, best_tail_s = 1e30;
   for (int s = 0; s < cfg.measure_steps; ++s) {
@@ -370,7 +433,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
       ObserveOps obs([&](const OpRecord& r) {
         const auto now = Clock::now();
         if (s == 0) {
-          recs.push_back(in_phase(r));
+          recs.push_back(ledger_op(r));
           op_s.push_back(1e30);
         }
         if (i < op_s.size()) op_s[i] = std::min(op_s[i], std::chrono::duration<double>(now - last).count());
@@ -405,7 +468,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   for (size_t k = 0; k < L.rows.size(); ++k) index[L.rows[k].scope] = k;
   for (auto& row : L.rows) row.measured_s = 0;
   for (size_t k = 0; k < recs.size(); ++k) {
-    auto it = index.find(row_key(recs[k].scope));
+    auto it = index.find(recs[k].row);
     if (it != index.end()) L.rows[it->second].measured_s += op_s[k];
   }
   // Workspace the meta device could not see: kernels that ran here but do not plan.
@@ -415,7 +478,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     if (recs[k].workspace_bytes <= 0) continue;
     if (aligned && meta_recs[k].op == recs[k].op && meta_recs[k].workspace_bytes == recs[k].workspace_bytes) continue;
     M.unplanned_workspace_bytes = std::max(M.unplanned_workspace_bytes, recs[k].workspace_bytes);
-    std::string n = std::string(recs[k].op) + " (" + std::string(recs[k].kernel) + ")";
+    std::string n = std::string(recs[k].name) + " (" + std::string(recs[k].kernel) + ")";
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   }
   for (const auto& n : names) M.unplanned_ops += (M.unplanned_ops.empty() ? "" : ", ") + n;
@@ -446,8 +509,9 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
   for (const auto& p : model.parameters()) {
     L.totals.params += p.numel();
     L.totals.param_bytes += p.nbytes();
+    if (p.requires_grad()) L.totals.trainable_params += p.numel();
   }
-  build_rows(L, model, run.records);
+  build_rows(L, model, run.ops);
   // The optimizer's update is its ops' (sgd_update, adam_update, the scaler's unscale), each
   // with its declared cost, under "(optimizer)".
   for (auto& row : L.rows)
@@ -455,10 +519,10 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
 
   say("timing: the device catalog (this cpu is calibrated once, then cached)");
   const DeviceSpec dev = device_spec(cfg.device), cpu = device_spec("cpu");
-  row_times(L, run.records, dev, cpu);
-  L.times.push_back(time_on(dev, L, run.records));
+  row_times(L, run.ops, dev, cpu);
+  L.times.push_back(time_on(dev, L, run.ops));
   for (const auto& name : device_names())
-    if (name != dev.name) L.times.push_back(time_on(device_spec(name), L, run.records));
+    if (name != dev.name) L.times.push_back(time_on(device_spec(name), L, run.ops));
 
   if (cfg.measure) {
     RK_CHECK(double(L.memory.peak_bytes) < 0.8 * double(cpu.memory_bytes),
@@ -467,35 +531,58 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
     nn::Module* cpu_model = cpu_model_of();
     RK_CHECK(cpu_model != nullptr, "[ledger] {}: measuring needs the model built on the cpu too", label);
     say(fmt::format("{}: measuring the same step on the cpu (1 warm-up + {} timed steps)", label, cfg.measure_steps));
-    measure_on_cpu(L, *cpu_model, L.input_shape, run.records);
+    measure_on_cpu(L, *cpu_model, L.input_shape, run.ops);
   }
-  L.records = std::move(run.records);
+  L.graph = std::move(run.graph);
   return L;
 }
 
 }  // namespace
 
-Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
-  check_config(cfg);
+namespace {
+// A zoo model for a ledger config on a device: its classes and input channels, recomputation and
+// frozen parameters as the config says; and one sample's shape.
+struct ZooModel {
+  std::shared_ptr<nn::Module> model;
+  Shape sample;
+};
+ZooModel zoo_model(const std::string& model_name, const LedgerConfig& cfg, Device device) {
   nn::ModelConfig mc;
   mc.num_classes = cfg.num_classes;
   if (!cfg.input.empty()) {
     check_sample_shape(cfg.input);
     mc.in_channels = cfg.input[0];
   }
-  Shape sample = cfg.input.empty() ? nn::model_input_shape(model_name, mc) : cfg.input;
-  mc.device = Device::meta;
-  auto meta = nn::make_model(model_name, mc);
-  if (cfg.recompute) nn::enable_recompute(*meta);
+  ZooModel z;
+  z.sample = cfg.input.empty() ? nn::model_input_shape(model_name, mc) : cfg.input;
+  mc.device = device;
+  z.model = nn::make_model(model_name, mc);
+  if (cfg.recompute) nn::enable_recompute(*z.model);
+  if (!cfg.freeze.empty()) nn::freeze(*z.model, cfg.freeze, "[ledger] --freeze");
+  return z;
+}
+}  // namespace
+
+Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
+  check_config(cfg);
+  ZooModel meta = zoo_model(model_name, cfg, Device::meta);
   std::shared_ptr<nn::Module> cpu;
   auto cpu_model = [&]() -> nn::Module* {
     if (cfg.progress) cfg.progress(fmt::format("{}: building the model on the cpu", model_name));
-    mc.device = Device::cpu;
-    cpu = nn::make_model(model_name, mc);
-    if (cfg.recompute) nn::enable_recompute(*cpu);
+    cpu = zoo_model(model_name, cfg, Device::cpu).model;
     return cpu.get();
   };
-  return run_ledger(model_name, *meta, sample, cfg, cpu_model);
+  return run_ledger(model_name, *meta.model, meta.sample, cfg, cpu_model);
+}
+
+graph::Graph training_step_graph(const std::string& model_name, const LedgerConfig& cfg) {
+  check_config(cfg);
+  ZooModel meta = zoo_model(model_name, cfg, Device::meta);
+  check_sample_shape(meta.sample);
+  ConvAlgorithmScope algo(cfg.conv_algo);
+  Shape in = meta.sample;
+  in.insert(in.begin(), cfg.batch);
+  return *run_on_meta(*meta.model, in, cfg, model_name).graph;
 }
 
 Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& cfg, nn::Module* cpu_model) {

@@ -19,6 +19,7 @@
 #include "reckon/core/allocator.h"
 #include "reckon/core/tensor.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/graph/graph.h"
 #include "reckon/ops/op.h"
 
 namespace reckon::nn {
@@ -37,6 +38,10 @@ struct LedgerConfig {
   std::string conv_algo;            // "auto" | "direct" (ops/conv.h); "": the process's setting
   std::string grad_scaler = "auto"; // loss scaling: auto (fp16 only), on, off
   std::string optimizer = "sgd";    // "sgd" (with momentum below) or "adamw" (PyTorch defaults)
+  // Parameters not trained (fine-tuning): each a state_dict name or a module path prefix
+  // ("features" freezes features.*); they get no gradient, no optimizer state, and the layers
+  // that only they needed save nothing for backward. Zoo models only (ledger(name, cfg)).
+  std::vector<std::string> freeze;
   double momentum = 0.9;            // SGD momentum (0: no momentum buffer)
   std::string device = "cpu";       // catalog key (devices.h) the step is timed for
   int64_t dataset_size = 0;         // images per epoch; 0: no whole-run estimate
@@ -74,6 +79,7 @@ struct LedgerRow {
 struct LedgerTotals {
   int64_t batch = 0;              // the effective batch (micro-batch x accum): per_image divides by it
   int64_t params = 0, param_bytes = 0;  // parameters (elements, bytes), buffers not included
+  int64_t trainable_params = 0;         // parameters that require a gradient (not frozen)
   int64_t fwd_macs = 0, bwd_macs = 0;
   int64_t conv_macs = 0, linear_macs = 0;  // forward conv2d / linear + matmul MACs
   int64_t flops = 0;              // 2 x (fwd + bwd MACs) + the ops' other FLOPs, one step
@@ -136,7 +142,8 @@ struct Ledger {
   LedgerMemory memory;           // predicted on the meta device
   std::vector<LedgerTime> times; // config.device first, then the other catalog devices
   LedgerMeasured measured;
-  std::vector<OpRecord> records; // the meta step's op records (their tensor spans cleared), in order
+  // The step it read: the training step captured on the meta device, every op call a node.
+  std::shared_ptr<const graph::Graph> graph;
 };
 
 // Builds zoo model `model_name` on the meta device and runs one training step on it.
@@ -151,6 +158,10 @@ Ledger ledger(const std::string& model_name, const LedgerConfig& cfg);
 // cpu (its parameters are updated by the measured steps).
 Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& cfg,
               nn::Module* cpu_model = nullptr);
+
+// The training step ledger(model_name, cfg) reads, captured on the meta device: every op call of
+// the forward, the loss, backward and the optimizer's update, as a graph (`reckon graph --step`).
+graph::Graph training_step_graph(const std::string& model_name, const LedgerConfig& cfg);
 
 // The ledger as a text report (what `reckon ledger` prints) and as JSON.
 std::string format_ledger(const Ledger& l);

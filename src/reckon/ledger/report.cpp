@@ -106,6 +106,12 @@ std::string format_ledger(const Ledger& l) {
   line(fmt::format("  input {} {} ({}), {} classes, cross-entropy loss, {}", shape_str(l.input_shape),
                    l.config.precision == "fp32" ? "fp32" : l.config.precision + " autocast (f32 master weights)",
                    format_mib(t.input_bytes), l.num_classes, optimizer_desc(l.config)));
+  if (!l.config.freeze.empty()) {
+    std::string names;
+    for (const auto& f : l.config.freeze) names += (names.empty() ? "" : ", ") + f;
+    line(fmt::format("  frozen (not trained): {}; {} of {} parameters train", names, format_count(t.trainable_params),
+                     format_count(t.params)));
+  }
   if (t.winograd_ops > 0)
     line(fmt::format("  convolutions: {} calls of the step planned as Winograd (more workspace, fewer FLOPs; "
                      "--conv-algo direct: none)",
@@ -258,7 +264,7 @@ std::string ledger_json(const Ledger& l) {
                  {"optimizer", l.config.optimizer}, {"momentum", l.config.momentum},
                  {"device", l.config.device},       {"dataset_size", l.config.dataset_size},
                  {"epochs", l.config.epochs},       {"plan_workspace", l.config.plan_workspace},
-                 {"conv_algo", l.config.conv_algo}};
+                 {"conv_algo", l.config.conv_algo}, {"freeze", l.config.freeze}};
   json rows = json::array();
   for (const auto& r : l.rows)
     rows.push_back({{"scope", r.scope},
@@ -283,6 +289,7 @@ std::string ledger_json(const Ledger& l) {
   const LedgerTotals& t = l.totals;
   j["totals"] = {{"batch", t.batch},
                  {"params", t.params},
+                 {"trainable_params", t.trainable_params},
                  {"param_bytes", t.param_bytes},
                  {"fwd_macs", t.fwd_macs},
                  {"bwd_macs", t.bwd_macs},

@@ -298,4 +298,27 @@ std::string Module::repr() const {
   return s;
 }
 
+Module& Module::requires_grad_(bool on) {
+  for (auto& [n, p] : named_parameters()) p.set_requires_grad(on);
+  return *this;
+}
+
+int64_t freeze(Module& m, const std::vector<std::string>& prefixes, const std::string& flag) {
+  const auto params = m.named_parameters();
+  int64_t frozen = 0;
+  for (const auto& prefix : prefixes) {
+    RK_CHECK(!prefix.empty(), "{}: an empty prefix", flag);
+    int64_t hit = 0;
+    for (const auto& [name, p] : params)
+      if (name == prefix || name.rfind(prefix + ".", 0) == 0) {
+        if (p.requires_grad()) ++frozen;
+        Tensor(p).set_requires_grad(false);
+        ++hit;
+      }
+    RK_CHECK(hit > 0, "{}: '{}' names no parameter of {} (parameters are named like '{}')", flag, prefix, m.type_name(),
+             params.empty() ? std::string("-") : params.front().first);
+  }
+  return frozen;
+}
+
 }  // namespace reckon::nn

@@ -106,6 +106,9 @@ class Module {
   bool is_training() const { return training_; }
   // set_to_none: drop the .grad tensors (their memory goes back); else fill them with 0.
   void zero_grad(bool set_to_none = true);
+  // Whether this module's parameters (recursively) are trained: requires_grad_(false) freezes
+  // them (torch's Module.requires_grad_). Returns *this.
+  Module& requires_grad_(bool on = true);
 
   // PyTorch-style printout of the tree.
   std::string repr() const;
@@ -149,5 +152,10 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// Freezes the parameters of m named by `prefixes`: each a parameter's state_dict name or a module
+// path ("features", "layer4.1"), which freezes everything under it. Returns how many parameter
+// tensors were frozen. Throws naming `flag` and the prefix when a prefix names nothing.
+int64_t freeze(Module& m, const std::vector<std::string>& prefixes, const std::string& flag = "[freeze]");
 
 }  // namespace reckon::nn

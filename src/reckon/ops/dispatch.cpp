@@ -74,6 +74,15 @@ void set_scope_for_backward(const std::string* scope, bool backward) {
   t_in_backward = backward;
 }
 bool in_backward() { return t_in_backward; }
+ScopeOverride::ScopeOverride(const std::string* scope, bool backward)
+    : prev_scope_(t_backward_scope), prev_backward_(t_in_backward) {
+  t_backward_scope = scope;
+  t_in_backward = backward;
+}
+ScopeOverride::~ScopeOverride() {
+  t_backward_scope = prev_scope_;
+  t_in_backward = prev_backward_;
+}
 
 namespace {
 thread_local bool t_recomputing = false;

@@ -228,6 +228,19 @@ class ScopeGuard {
 const std::string& current_scope();
 void set_scope_for_backward(const std::string* scope, bool backward);  // engine use
 bool in_backward();
+// Sets the scope to `scope` itself (not appended) and whether ops run inside a backward node,
+// while it lives, then restores both (the graph interpreter replays each node so).
+class ScopeOverride {
+ public:
+  ScopeOverride(const std::string* scope, bool backward);
+  ~ScopeOverride();
+  ScopeOverride(const ScopeOverride&) = delete;
+  ScopeOverride& operator=(const ScopeOverride&) = delete;
+
+ private:
+  const std::string* prev_scope_;
+  bool prev_backward_;
+};
 // Recomputation (activation checkpointing): while a Recomputing guard lives, op records say
 // recompute = true (the ledger counts their MACs as the price of the memory saved).
 class Recomputing {

@@ -16,7 +16,7 @@ RK_OPS(RK_CHECK_OP)
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // ---- attributes <-> JSON, field by field ----
 std::string_view reduction_name(Reduction r) {
@@ -147,6 +147,19 @@ std::shared_ptr<void> from_json_entry(const std::string& text) {
 }
 
 template <class Op>
+bool set_training_entry(void* attrs, bool training) {
+  bool found = false;
+  static_cast<typename Op::Attrs*>(attrs)->visit_fields([&](const char* name, auto& f) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(f)>, bool>)
+      if (std::string_view(name) == "training") {
+        f = training;
+        found = true;
+      }
+  });
+  return found;
+}
+
+template <class Op>
 Support ref_entry(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const void* attrs) {
   if constexpr (HasViewKernel<Op>) {
     return Support::no("a view: the dispatcher makes it without a kernel");
@@ -179,6 +192,7 @@ OpInfo info_of() {
   }
   i.attrs_to_json = &to_json_entry<Op>;
   i.attrs_from_json = &from_json_entry<Op>;
+  i.set_training = &set_training_entry<Op>;
   return i;
 }
 

@@ -78,6 +78,8 @@ struct OpInfo {
   // not have, or a value of the wrong kind, is an error naming the op and the field.
   std::string (*attrs_to_json)(const void* attrs) = nullptr;
   std::shared_ptr<void> (*attrs_from_json)(const std::string& json) = nullptr;
+  // Sets a bool attribute named "training" (batch norm, dropout) and says whether there was one.
+  bool (*set_training)(void* attrs, bool training) = nullptr;
 };
 const std::vector<OpInfo>& op_registry();
 const OpInfo& op_info(int id);  // throws naming the id when out of range

@@ -40,6 +40,7 @@ MicroResult Step::micro(const Tensor& x, const Tensor& y) {
     ScopeGuard scope("(loss)");
     Tensor ce = cross_entropy(logits, y, {.label_smoothing = cfg_.label_smoothing});
     if (!ce.is_meta()) r.loss = ce.item();
+    if (on_loss) on_loss(ce);
     loss = n == window_ ? ce : scale(ce, double(n) / double(window_));
     if (scaler_) loss = scaler_->scale(loss);
     r.logits = logits.detach();

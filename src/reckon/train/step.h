@@ -56,6 +56,9 @@ class Step {
   bool finish();
   // Called at each phase change (may be empty).
   std::function<void(StepPhase)> on_phase;
+  // Called with each micro-batch's mean cross entropy as soon as it is computed (may be empty):
+  // a graph capture marks it as an output there, without keeping it alive any longer.
+  std::function<void(const Tensor&)> on_loss;
 
  private:
   void phase(StepPhase p) {
