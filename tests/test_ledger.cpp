@@ -288,6 +288,42 @@ TEST(Ledger, PredictedPeakWithin5PercentResnet18Cifar) {
   expect_peak_within("resnet18_cifar", 4, "adamw", 0.05);
 }
 
+// Fine-tuning: a frozen feature extractor (all of resnet18_cifar but its classifier) keeps no
+// activations for backward below the classifier and has gradients and optimizer state only for
+// it; the prediction equals the measurement, tag by tag.
+TEST(Ledger, FrozenFeatureExtractorPredictsAndMeasuresLess) {
+  LedgerConfig c = config(8);
+  c.measure = true;
+  c.measure_steps = 1;
+  const Ledger full = ledger("resnet18_cifar", c);
+  c.freeze = {"conv1", "bn1", "layer1", "layer2", "layer3", "layer4"};
+  const Ledger frozen = ledger("resnet18_cifar", c);
+  EXPECT_EQ(frozen.totals.params, full.totals.params);
+  EXPECT_EQ(frozen.totals.trainable_params, 512 * 10 + 10) << "the classifier (fc) only";
+  const int act = int(Tag::activation), grad = int(Tag::grad), opt = int(Tag::optimizer);
+  EXPECT_LT(frozen.memory.tag_peak_bytes[act], full.memory.tag_peak_bytes[act] / 10);
+  EXPECT_EQ(frozen.memory.tag_peak_bytes[grad], (512 * 10 + 10) * 4);
+  EXPECT_EQ(frozen.memory.tag_peak_bytes[opt], (512 * 10 + 10) * 4) << "momentum buffers of fc only";
+  EXPECT_LT(frozen.totals.saved_bytes, full.totals.saved_bytes / 10);
+  EXPECT_LT(frozen.totals.bwd_macs, full.totals.bwd_macs / 100) << "no backward below the classifier";
+  EXPECT_LT(frozen.memory.peak_bytes, full.memory.peak_bytes);
+  for (const Ledger* l : {&full, &frozen}) {
+    ASSERT_TRUE(l->measured.ran);
+    for (int t = 0; t < kNumTags; ++t) {
+      SCOPED_TRACE(std::string(tag_name(Tag(t))) + (l == &frozen ? " frozen" : " full"));
+      EXPECT_EQ(l->memory.at_peak_bytes[size_t(t)], l->measured.memory.at_peak_bytes[size_t(t)]);
+      EXPECT_EQ(l->memory.tag_peak_bytes[size_t(t)], l->measured.memory.tag_peak_bytes[size_t(t)]);
+    }
+    EXPECT_EQ(l->memory.peak_bytes, l->measured.memory.peak_bytes);
+  }
+  EXPECT_NE(error_of([&] {
+              LedgerConfig bad = config(1);
+              bad.freeze = {"layer9"};
+              ledger("resnet18_cifar", bad);
+            }).find("--freeze: 'layer9' names no parameter"),
+            std::string::npos);
+}
+
 // At 112 x 112 (a quarter of the default's pixels) to keep CI's two cores at a few seconds.
 TEST(Ledger, PredictedPeakWithin5PercentMobilenetV2) {
   expect_peak_within("mobilenet_v2", 1, "sgd", 0.05, {3, 112, 112});

@@ -1,5 +1,6 @@
 // The plan (plan.h): the ladder of micro-batch, precision, accumulation and recomputation, each
-// rung one ledger() call on the meta device; the table and JSON that show it.
+// rung one ledger() pass over a training step of one meta model, captured; the table and JSON
+// that show it.
 #include "reckon/ledger/plan.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "reckon/ledger/devices.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/nn/recompute.h"
 #include "reckon/ops/conv.h"
 
 namespace reckon {
@@ -105,9 +107,17 @@ Plan plan(const PlanConfig& cfg) {
   const std::vector<int64_t> micros = micro_batches(cfg.batch);
   // Direct-convolution rungs only make sense when the process runs the default algorithm.
   const bool try_direct = cfg.allow_direct_conv && conv_algorithm() == ConvAlgorithm::automatic;
-  // One rung: one ledger() call on meta. *recomputed: whether recomputation ran any forward op
-  // again (false for a model without blocks to recompute); *winograd: whether any convolution
-  // planned as Winograd.
+  // The model, built once on the meta device: each rung captures one training step of it (its
+  // blocks marked for recomputation or not, as the rung asks).
+  nn::ModelConfig mc;
+  mc.num_classes = cfg.num_classes;
+  if (!cfg.input.empty()) mc.in_channels = cfg.input[0];
+  const Shape sample = cfg.input.empty() ? nn::model_input_shape(cfg.model, mc) : cfg.input;
+  mc.device = Device::meta;
+  const std::shared_ptr<nn::Module> meta = nn::make_model(cfg.model, mc);
+  // One rung: one ledger() pass over a captured step. *recomputed: whether recomputation ran any
+  // forward op again (false for a model without blocks to recompute); *winograd: whether any
+  // convolution planned as Winograd.
   auto run = [&](int64_t micro, const std::string& precision, bool recompute, bool direct, bool* recomputed,
                  bool* winograd) {
     PlanRung r;
@@ -129,7 +139,11 @@ Plan plan(const PlanConfig& cfg) {
     lc.momentum = cfg.momentum;
     lc.device = cfg.device;
     lc.plan_workspace = true;
-    const Ledger l = ledger(cfg.model, lc);
+    if (recompute)
+      nn::enable_recompute(*meta);
+    else
+      nn::disable_recompute(*meta);
+    const Ledger l = ledger(*meta, sample, lc);
     r.peak_bytes = l.memory.peak_bytes;
     r.step_s = l.times.front().step_s;
     r.images_per_s = r.step_s > 0 ? double(cfg.batch) / r.step_s : 0;
