@@ -15,7 +15,7 @@
 #include "reckon/ops/op.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 
 using namespace reckon;
 namespace nn = reckon::nn;

@@ -21,7 +21,7 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op_list.h"
 #include "reckon/optim/optim.h"
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 #include "test_util.h"
 
 using namespace reckon;

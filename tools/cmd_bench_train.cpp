@@ -19,7 +19,7 @@
 #include "reckon/ops/conv.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 
 using namespace reckon;
 

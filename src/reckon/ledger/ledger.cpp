@@ -25,7 +25,7 @@
 #include "reckon/nn/recompute.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 
 namespace reckon {
 

@@ -30,7 +30,7 @@
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/schedule.h"
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 
 namespace reckon::train {
 

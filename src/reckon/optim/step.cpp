@@ -1,4 +1,4 @@
-#include "reckon/train/step.h"
+#include "reckon/optim/step.h"
 
 #include "reckon/nn/module.h"
 #include "reckon/ops/functional.h"
