@@ -1,15 +1,11 @@
 // Attributes as data: RK_FIELDS(a, b, c) inside a struct lists its members once, and
 // visit_fields(v) then calls v("a", a), v("b", b), ... (const and non-const). The op attributes
-// use it, so a graph node's attributes can be printed, written to JSON, read back and compared
-// without a second list kept in sync by hand. Not here: the JSON itself (graph/attrs_json.h).
+// use it, so a graph node's attributes are printed, written to JSON, read back and changed
+// (training) without a second list kept in sync by hand. A member left out of the list is lost on
+// a round trip, so every member is listed. Not here: the JSON itself (ops/op_list.cpp).
 #pragma once
 #include <concepts>
 
-// ---- attributes as data ----
-// RK_FIELDS(a, b, c) inside an attribute struct lists its members once: visit_fields(v) calls
-// v("a", a), v("b", b), ... (const and non-const), which is how attributes are printed, written
-// to JSON, read back and compared. A member left out of the list is lost on a round trip, so
-// every member is listed.
 #define RK_PARENS_ ()
 #define RK_EXPAND_(...) RK_EXPAND3_(RK_EXPAND3_(RK_EXPAND3_(RK_EXPAND3_(__VA_ARGS__))))
 #define RK_EXPAND3_(...) RK_EXPAND2_(RK_EXPAND2_(RK_EXPAND2_(RK_EXPAND2_(__VA_ARGS__))))

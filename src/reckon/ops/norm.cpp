@@ -28,7 +28,6 @@ void check_x(std::string_view op, const Tensor& x, int64_t min_rank) {
   RK_CHECK(x.dim() >= min_rank, "[{}] x must be (N, C, ...) with at least {} dims, got {}", op, min_rank,
            shape_str(x.shape()));
 }
-int64_t es(const Tensor& t) { return int64_t(dtype_size(t.dtype())); }
 }  // namespace
 
 // ---- batch norm ----
