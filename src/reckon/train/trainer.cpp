@@ -27,9 +27,8 @@
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
 #include "reckon/nn/recompute.h"
+#include "reckon/optim/factory.h"
 #include "reckon/optim/grad_scaler.h"
-#include "reckon/optim/optim.h"
-#include "reckon/optim/schedule.h"
 #include "reckon/optim/step.h"
 
 namespace reckon::train {
@@ -124,10 +123,10 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
   RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
   RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
-  RK_CHECK(c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw",
-           "--optimizer '{}' is not one of sgd, adam, adamw", c.optimizer);
-  RK_CHECK(c.schedule == "none" || c.schedule == "step" || c.schedule == "cosine",
-           "--schedule '{}' is not one of none, step, cosine", c.schedule);
+  RK_CHECK(std::ranges::count(optim::kOptimizerNames, c.optimizer), "--optimizer '{}' is not one of {}", c.optimizer,
+           optim::join_names(optim::kOptimizerNames));
+  RK_CHECK(std::ranges::count(optim::kScheduleNames, c.schedule), "--schedule '{}' is not one of {}", c.schedule,
+           optim::join_names(optim::kScheduleNames));
   RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
   RK_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})", c.weight_decay);
   RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
@@ -168,31 +167,22 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
   }
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
-  if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(
-        std::move(params),
-        optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.nesterov});
-  if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+// The run's optimizer and schedule (optim/factory.h), from the settings.
+optim::OptimizerSpec optimizer_spec(const TrainConfig& c) {
+  return {.name = c.optimizer, .lr = c.lr, .weight_decay = c.weight_decay, .momentum = c.momentum,
+          .nesterov = c.nesterov};
 }
 
-std::shared_ptr<const optim::LRSchedule> make_schedule(const TrainConfig& c, int64_t steps_per_epoch) {
-  int64_t total = c.epochs * steps_per_epoch;
-  int64_t after_warmup = std::max<int64_t>(1, total - c.warmup);
-  std::shared_ptr<const optim::LRSchedule> s;
-  if (c.schedule == "cosine") {
-    s = std::make_shared<optim::CosineAnnealingLR>(c.lr, after_warmup);
-  } else if (c.schedule == "step") {
-    double every_epochs = c.step_epochs > 0 ? c.step_epochs : std::max(1.0, double(c.epochs) / 3.0);
-    int64_t every = std::max<int64_t>(1, int64_t(std::llround(every_epochs * double(steps_per_epoch))));
-    s = std::make_shared<optim::StepLR>(c.lr, every, c.gamma);
-  } else {
-    s = std::make_shared<optim::ConstantLR>(c.lr);
-  }
-  if (c.warmup > 0) s = std::make_shared<optim::LinearWarmup>(s, c.warmup);
-  return s;
+// The schedule runs per optimizer step over all epochs; the step schedule's interval is given
+// in epochs (0: a third of the run, at least one epoch).
+optim::ScheduleSpec schedule_spec(const TrainConfig& c, int64_t steps_per_epoch) {
+  double every_epochs = c.step_epochs > 0 ? c.step_epochs : std::max(1.0, double(c.epochs) / 3.0);
+  return {.name = c.schedule,
+          .lr = c.lr,
+          .total_steps = c.epochs * steps_per_epoch,
+          .warmup_steps = c.warmup,
+          .step_size = std::max<int64_t>(1, int64_t(std::llround(every_epochs * double(steps_per_epoch)))),
+          .gamma = c.gamma};
 }
 
 // Row-wise argmax of logits (B, K) compared with y (B): the number right.
@@ -574,8 +564,8 @@ TrainResult train(const TrainConfig& in) {
   const int64_t steps_per_epoch = (nb + cfg.accum - 1) / cfg.accum;  // optimizer steps: windows of accum
   const int64_t total_steps = cfg.epochs * steps_per_epoch;
   auto micro_size = [&](int64_t i) { return std::min(cfg.batch, loader.num_samples() - i * cfg.batch); };
-  auto opt = make_optimizer(cfg, model->parameters());
-  auto sched = make_schedule(cfg, steps_per_epoch);
+  auto opt = optim::make_optimizer(optimizer_spec(cfg), model->parameters());
+  auto sched = optim::make_schedule(schedule_spec(cfg, steps_per_epoch));
   std::unique_ptr<optim::GradScaler> scaler;
   if (grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision))) scaler = std::make_unique<optim::GradScaler>();
   Step step(*model, *opt, scaler.get(), {.precision = precision_dtype(cfg.precision), .label_smoothing = cfg.label_smoothing});
