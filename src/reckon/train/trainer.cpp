@@ -41,113 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sets OpenMP's thread count for a scope (when n > 0) and restores it after, so a library
-// call leaves its caller's setting as it was.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : prev_(omp_get_max_threads()) {
-    if (n > 0) omp_set_num_threads(n);
-  }
-  ~ThreadsGuard() { omp_set_num_threads(prev_); }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int prev_;
-};
-
-// ---- config <-> JSON (what the checkpoint keeps) ----
-
-json config_json(const TrainConfig& c, const data::Normalize& norm) {
-  return json{{"model", c.model},
-              {"data", c.data},
-              {"epochs", c.epochs},
-              {"batch", c.batch},
-              {"lr", c.lr},
-              {"optimizer", c.optimizer},
-              {"momentum", c.momentum},
-              {"nesterov", c.nesterov},
-              {"weight_decay", c.weight_decay},
-              {"schedule", c.schedule},
-              {"warmup", c.warmup},
-              {"step_epochs", c.step_epochs},
-              {"gamma", c.gamma},
-              {"label_smoothing", c.label_smoothing},
-              {"seed", c.seed},
-              {"normalize", c.normalize},
-              {"normalize_mean", norm.mean},
-              {"normalize_std", norm.std},
-              {"augment", c.augment},
-              {"drop_last", c.drop_last},
-              {"precision", c.precision},
-              {"accum", c.accum},
-              {"recompute", c.recompute},
-              {"grad_scaler", c.grad_scaler}};
-}
-
-// On --resume every setting that shapes the numbers (epochs too: the schedule depends on
-// them) comes from the checkpoint; the ones that only shape how the run is carried out
-// (threads, checkpoints, logging, stopping) from cfg.
-void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, const std::string& path) {
-  try {
-    c.data = j.at("data").get<std::string>();
-    c.epochs = j.at("epochs").get<int64_t>();
-    c.batch = j.at("batch").get<int64_t>();
-    c.lr = j.at("lr").get<double>();
-    c.optimizer = j.at("optimizer").get<std::string>();
-    c.momentum = j.at("momentum").get<double>();
-    c.nesterov = j.at("nesterov").get<bool>();
-    c.weight_decay = j.at("weight_decay").get<double>();
-    c.schedule = j.at("schedule").get<std::string>();
-    c.warmup = j.at("warmup").get<int64_t>();
-    c.step_epochs = j.at("step_epochs").get<double>();
-    c.gamma = j.at("gamma").get<double>();
-    c.label_smoothing = j.at("label_smoothing").get<double>();
-    c.seed = j.at("seed").get<uint64_t>();
-    c.normalize = j.at("normalize").get<std::string>();
-    norm.mean = j.at("normalize_mean").get<std::vector<float>>();
-    norm.std = j.at("normalize_std").get<std::vector<float>>();
-    c.augment = j.at("augment").get<std::string>();
-    c.drop_last = j.at("drop_last").get<bool>();
-    // Checkpoints from before mixed precision have none of these: the defaults then.
-    c.precision = j.value("precision", std::string("fp32"));
-    c.accum = j.value("accum", int64_t(1));
-    c.recompute = j.value("recompute", false);
-    c.grad_scaler = j.value("grad_scaler", std::string("auto"));
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: metadata 'config' lacks a training setting ({})", path, e.what()));
-  }
-}
-
-void validate(const TrainConfig& c) {
-  RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
-  RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
-  RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
-  RK_CHECK(std::ranges::count(optim::kOptimizerNames, c.optimizer), "--optimizer '{}' is not one of {}", c.optimizer,
-           optim::join_names(optim::kOptimizerNames));
-  RK_CHECK(std::ranges::count(optim::kScheduleNames, c.schedule), "--schedule '{}' is not one of {}", c.schedule,
-           optim::join_names(optim::kScheduleNames));
-  RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
-  RK_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})", c.weight_decay);
-  RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
-  RK_CHECK(c.step_epochs >= 0, "--step-epochs must be >= 0 (got {})", c.step_epochs);
-  RK_CHECK(c.gamma > 0, "--gamma must be positive (got {})", c.gamma);
-  RK_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1) (got {})",
-           c.label_smoothing);
-  RK_CHECK(c.threads >= 0, "--threads must be >= 0 (got {})", c.threads);
-  RK_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (got {})", c.checkpoint_every);
-  RK_CHECK(c.log_every >= 1, "--log-every must be at least 1 (got {})", c.log_every);
-  RK_CHECK(c.print_every >= 1, "--print-every must be at least 1 (got {})", c.print_every);
-  RK_CHECK(c.eval_batch >= 1, "--eval-batch must be at least 1 (got {})", c.eval_batch);
-  RK_CHECK(c.stop_after >= 0, "--stop-after must be >= 0 (got {})", c.stop_after);
-  RK_CHECK(!c.out.empty(), "--out must name a directory");
-  precision_dtype(c.precision);  // throws naming --precision
-  RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
-  grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
-  RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
-  if (!c.conv_algo.empty()) parse_conv_algorithm(c.conv_algo, "--conv-algo");
-}
-
 json scaler_json(const optim::GradScaler& g) {
   return json{{"scale", double(g.get_scale())}, {"growth_tracker", g.growth_tracker()},
               {"skipped_steps", g.skipped_steps()}};
@@ -165,24 +58,6 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: metadata 'train_state' has a bad 'scaler' entry ({})", path, e.what()));
   }
-}
-
-// The run's optimizer and schedule (optim/factory.h), from the settings.
-optim::OptimizerSpec optimizer_spec(const TrainConfig& c) {
-  return {.name = c.optimizer, .lr = c.lr, .weight_decay = c.weight_decay, .momentum = c.momentum,
-          .nesterov = c.nesterov};
-}
-
-// The schedule runs per optimizer step over all epochs; the step schedule's interval is given
-// in epochs (0: a third of the run, at least one epoch).
-optim::ScheduleSpec schedule_spec(const TrainConfig& c, int64_t steps_per_epoch) {
-  double every_epochs = c.step_epochs > 0 ? c.step_epochs : std::max(1.0, double(c.epochs) / 3.0);
-  return {.name = c.schedule,
-          .lr = c.lr,
-          .total_steps = c.epochs * steps_per_epoch,
-          .warmup_steps = c.warmup,
-          .step_size = std::max<int64_t>(1, int64_t(std::llround(every_epochs * double(steps_per_epoch)))),
-          .gamma = c.gamma};
 }
 
 // Row-wise argmax of logits (B, K) compared with y (B): the number right.
@@ -456,9 +331,9 @@ EvalResult evaluate_checkpoint(const std::string& model_name, const std::string&
   data::Normalize norm;
   if (normalize == "auto" && ck.has_training_state) {
     json c = json::parse(ck.info.config_json);
-    if (c.contains("normalize_mean") && c.contains("normalize_std")) {
-      norm.mean = c["normalize_mean"].get<std::vector<float>>();
-      norm.std = c["normalize_std"].get<std::vector<float>>();
+    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
+      norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+      norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
       RK_CHECK(int64_t(norm.mean.size()) == chw[0] || norm.mean.empty(),
                "{}: its normalisation has {} channels but --data {} has {}", checkpoint, norm.mean.size(), spec, chw[0]);
     }

@@ -13,7 +13,6 @@
 // Not here: several processes (dist/).
 #pragma once
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,64 +20,9 @@
 #include "reckon/data/dataset.h"
 #include "reckon/data/loader.h"
 #include "reckon/nn/module.h"
+#include "reckon/train/config.h"
 
 namespace reckon::train {
-
-struct TrainConfig {
-  std::string model = "lenet5";
-  std::string data = "fashion-mnist";
-  int64_t epochs = 5;
-  int64_t batch = 64;
-  double lr = 0.05;
-  std::string optimizer = "sgd";  // sgd | adam | adamw
-  double momentum = 0.9;          // sgd
-  bool nesterov = false;          // sgd
-  double weight_decay = 5e-4;
-  std::string schedule = "cosine";  // none | step | cosine (per step, over the whole run)
-  int64_t warmup = 0;               // linear warm-up steps before the schedule
-  double step_epochs = 0;           // step schedule: lr *= gamma every this many epochs (0: epochs / 3)
-  double gamma = 0.1;
-  double label_smoothing = 0.0;
-  // Mixed precision: "fp32", "bf16" or "fp16" (autocast; parameters stay f32).
-  std::string precision = "fp32";
-  // Gradient accumulation: one optimizer step per `accum` micro-batches of `batch` (the
-  // effective batch is batch x accum; the last window of an epoch may be shorter).
-  int64_t accum = 1;
-  bool recompute = false;           // recompute each block's activations in backward
-  // The convolution algorithm for the run (ops/conv.h): "auto", "direct", or "" (the process's
-  // setting: RECKON_CONV_ALGO, else auto). --max-memory may choose direct.
-  std::string conv_algo;
-  // Dynamic loss scaling (optim/grad_scaler.h): "auto" (on for fp16 only), "on", "off".
-  std::string grad_scaler = "auto";
-  // A memory budget in bytes (0: none). The run is planned to fit (reckon plan): batch x accum
-  // is kept as the effective batch while micro-batch, accumulation, precision and recomputation
-  // are chosen; a run that cannot fit stops before it starts, with the ladder as its error.
-  int64_t max_memory = 0;
-  uint64_t seed = 0;
-  int threads = 0;                  // omp_set_num_threads when > 0
-  std::string out = "runs/lenet5";
-  // Continue from out/last.safetensors. The checkpoint's settings then replace every field
-  // above that shapes the numbers (model must match; data, epochs, batch, lr, optimizer, ...,
-  // seed, normalize, augment, drop_last); threads and the fields below stay as given.
-  bool resume = false;
-  // "auto" (per-channel mean/std of the training split), "none", or "M1,M2,../S1,S2,..".
-  std::string normalize = "auto";
-  // "none" or a comma list of "crop[:PAD]" (random crop with PAD zero padding, default 4) and "flip".
-  std::string augment = "none";
-  int64_t checkpoint_every = 0;     // also checkpoint every N steps (0: only at epoch ends)
-  int64_t log_every = 10;           // steps per metrics row / TensorBoard point
-  int64_t print_every = 200;        // steps per plain log line (no terminal)
-  int64_t eval_batch = 500;
-  bool drop_last = false;
-  int prefetch = 2;
-  // Stop after this many steps in all (a checkpoint is written first), as if interrupted;
-  // 0: run to the end. For tests and for splitting a run.
-  int64_t stop_after = 0;
-  int progress = -1;                // progress bar: -1 when stdout is a terminal, 0 off, 1 on
-  int verbose = 1;                  // 0: print nothing
-  // Set from elsewhere (a SIGINT handler) to stop at the next step, with a checkpoint.
-  std::atomic<bool>* stop_flag = nullptr;
-};
 
 struct EvalResult {
   double loss = 0.0;      // mean cross entropy (no label smoothing)
