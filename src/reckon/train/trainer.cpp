@@ -30,6 +30,7 @@
 #include "reckon/optim/factory.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/step.h"
+#include "reckon/train/progress.h"
 
 namespace reckon::train {
 
@@ -37,9 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 json scaler_json(const optim::GradScaler& g) {
   return json{{"scale", double(g.get_scale())}, {"growth_tracker", g.growth_tracker()},
@@ -60,289 +58,7 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
   }
 }
 
-// Row-wise argmax of logits (B, K) compared with y (B): the number right.
-int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t>* pred_out = nullptr) {
-  Tensor l = contiguous(cast(logits, DType::f32));
-  const float* p = l.data<float>();
-  const int64_t* t = y.data<int64_t>();
-  int64_t B = l.size(0), K = l.size(1), right = 0;
-  if (pred_out) pred_out->resize(size_t(B));
-  for (int64_t i = 0; i < B; ++i) {
-    const float* row = p + i * K;
-    int64_t best = 0;
-    for (int64_t k = 1; k < K; ++k)
-      if (row[k] > row[best]) best = k;
-    right += best == t[i];
-    if (pred_out) (*pred_out)[size_t(i)] = best;
-  }
-  return right;
-}
-
-void check_labels(const data::Batch& b, int64_t K, const std::string& spec, int64_t epoch) {
-  const int64_t* y = b.y.data<int64_t>();
-  for (int64_t i = 0; i < b.y.numel(); ++i)
-    RK_CHECK(y[i] >= 0 && y[i] < K, "--data {}: label {} in batch {} of epoch {} is out of range [0, {})", spec, y[i],
-             b.index, epoch + 1, K);
-}
-
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "--:--";
-  auto t = int64_t(s + 0.5);
-  if (t >= 3600) return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
-  return fmt::format("{}:{:02d}", t / 60, t % 60);
-}
-
-std::string fmt_floats(const std::vector<float>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.4f}", i ? ", " : "", v[i]);
-  return s + "]";
-}
-
-// Running sums over a span of steps (an epoch, a log interval). Kept in the checkpoint so a
-// resumed run reports the same figures.
-struct Running {
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0, steps = 0;
-  void add(float loss, int64_t right, int64_t n) {
-    loss_sum += double(loss);
-    correct += right;
-    seen += n;
-    steps += 1;
-  }
-  double loss() const { return steps ? loss_sum / double(steps) : 0.0; }
-  double accuracy() const { return seen ? double(correct) / double(seen) : 0.0; }
-  json to_json() const { return {{"loss_sum", loss_sum}, {"correct", correct}, {"seen", seen}, {"steps", steps}}; }
-  static Running from_json(const json& j) {
-    Running r;
-    r.loss_sum = j.at("loss_sum").get<double>();
-    r.correct = j.at("correct").get<int64_t>();
-    r.seen = j.at("seen").get<int64_t>();
-    r.steps = j.at("steps").get<int64_t>();
-    return r;
-  }
-};
-
-// The one-line display: a redrawn progress bar on a terminal, or plain lines every few steps.
-class Display {
- public:
-  Display(const TrainConfig& c) : verbose_(c.verbose > 0), print_every_(c.print_every) {
-    bar_ = verbose_ && (c.progress == 1 || (c.progress < 0 && ::isatty(STDOUT_FILENO)));
-  }
-  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss, double acc,
-            double images_per_s, double eta_s) {
-    if (!verbose_) return;
-    if (bar_) {
-      auto now = Clock::now();
-      if (batch != batches && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
-      last_ = now;
-      drawn_ = true;
-      constexpr int kWidth = 24;
-      int filled = int(double(kWidth) * double(batch) / double(std::max<int64_t>(1, batches)));
-      std::string bar(size_t(filled), '#');
-      bar.resize(kWidth, '.');
-      std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s", (long long)epoch,
-                  (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, loss, 100 * acc, images_per_s,
-                  fmt_duration(eta_s).c_str());
-      std::fflush(stdout);
-    } else if (step % print_every_ == 0) {
-      std::printf("epoch %lld/%lld  batch %lld/%lld  step %lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s\n",
-                  (long long)epoch, (long long)epochs, (long long)batch, (long long)batches, (long long)step, loss,
-                  100 * acc, images_per_s, fmt_duration(eta_s).c_str());
-      std::fflush(stdout);
-    }
-  }
-  // A full line (ends the bar's line first).
-  void line(const std::string& s) {
-    if (!verbose_) return;
-    if (bar_ && drawn_) std::printf("\r\033[K");
-    drawn_ = false;
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  bool verbose_, bar_ = false, drawn_ = false;
-  int64_t print_every_;
-  Clock::time_point last_{};
-};
-
 }  // namespace
-
-// ---- building blocks ----
-
-data::Normalize parse_normalize(const std::string& spec, const data::Dataset& train_set) {
-  data::Normalize n;
-  if (spec == "none") return n;
-  int64_t C = train_set.sample_shape()[0];
-  if (spec == "auto") {
-    n.mean = data::channel_mean(train_set);
-    n.std = data::channel_std(train_set);
-    for (float& s : n.std)
-      if (!(s > 0)) s = 1.0f;  // a constant channel: centre it only
-    return n;
-  }
-  auto slash = spec.find('/');
-  RK_CHECK(slash != std::string::npos, "--normalize '{}' is not auto, none or MEAN,../STD,..", spec);
-  auto parse_list = [&](const std::string& s) {
-    std::vector<float> v;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      size_t used = 0;
-      float f = 0;
-      try {
-        f = std::stof(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      RK_CHECK(used > 0 && used == item.size() && std::isfinite(f), "--normalize '{}': '{}' is not a number", spec,
-               item);
-      v.push_back(f);
-    }
-    return v;
-  };
-  n.mean = parse_list(spec.substr(0, slash));
-  n.std = parse_list(spec.substr(slash + 1));
-  RK_CHECK(int64_t(n.mean.size()) == C && int64_t(n.std.size()) == C,
-           "--normalize '{}' gives {} means and {} stds but the images have {} channels", spec, n.mean.size(),
-           n.std.size(), C);
-  for (float s : n.std) RK_CHECK(s > 0, "--normalize '{}': every std must be positive", spec);
-  return n;
-}
-
-data::Augment parse_augment(const std::string& spec) {
-  data::Augment a;
-  if (spec == "none" || spec.empty()) return a;
-  std::stringstream ss(spec);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "flip") {
-      a.hflip = true;
-    } else if (item == "crop") {
-      a.crop_padding = 4;
-    } else if (item.rfind("crop:", 0) == 0) {
-      std::string n = item.substr(5);
-      RK_CHECK(!n.empty() && n.size() < 6 && std::all_of(n.begin(), n.end(), ::isdigit),
-               "--augment '{}': crop padding '{}' is not a count", spec, n);
-      a.crop_padding = std::stoll(n);
-    } else {
-      throw Error(fmt::format("--augment '{}': '{}' is not one of none, crop[:PAD], flip", spec, item));
-    }
-  }
-  return a;
-}
-
-int64_t forward_macs(const std::string& model_name, int64_t in_channels, int64_t num_classes, const Shape& chw) {
-  nn::ModelConfig mc{.num_classes = num_classes, .in_channels = in_channels, .device = Device::meta};
-  auto model = nn::make_model(model_name, mc);  // throws for an unknown name, listing the known ones
-  model->eval();
-  Shape in = chw;
-  in.insert(in.begin(), 1);
-  int64_t macs = 0;
-  Tensor out;
-  try {
-    ObserveOps obs([&](const OpRecord& r) { macs += r.cost.macs; });
-    NoGrad ng;
-    out = (*model)(Tensor::empty(in, DType::f32, Device::meta));
-  } catch (const Error& e) {
-    throw Error(fmt::format("model {} does not fit {} images (C, H, W): {}", model_name, shape_str(chw), e.what()));
-  }
-  RK_CHECK(out.shape() == Shape({1, num_classes}), "model {} maps {} images to {}, not [1, {}]", model_name,
-           shape_str(chw), shape_str(out.shape()), num_classes);
-  return macs;
-}
-
-EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision) {
-  auto t0 = Clock::now();
-  EvalResult r;
-  r.num_classes = ds.num_classes();
-  r.class_names = ds.class_names();
-  const int64_t K = r.num_classes;
-  r.confusion.assign(size_t(K * K), 0);
-  bool was_training = model.is_training();
-  model.eval();
-  data::LoaderOptions lo;
-  lo.batch = batch;
-  lo.shuffle = false;
-  lo.normalize = normalize;
-  data::Loader loader(ds, lo);
-  loader.start_epoch(0);
-  double loss_sum = 0;
-  int64_t right = 0;
-  std::vector<int64_t> pred;
-  data::Batch b;
-  {
-    NoGrad ng;
-    Autocast ac(precision);
-    while (loader.next(b)) {
-      check_labels(b, K, ds.name(), 0);
-      Tensor logits = model(b.x);
-      loss_sum += cross_entropy(logits, b.y, {.reduction = Reduction::sum}).item();
-      right += count_correct(logits, b.y, &pred);
-      const int64_t* y = b.y.data<int64_t>();
-      for (size_t i = 0; i < pred.size(); ++i) r.confusion[size_t(y[i] * K + pred[i])] += 1;
-      r.samples += b.y.numel();
-    }
-  }
-  model.train(was_training);
-  r.loss = r.samples ? loss_sum / double(r.samples) : 0.0;
-  r.accuracy = r.samples ? double(right) / double(r.samples) : 0.0;
-  r.seconds = seconds_since(t0);
-  return r;
-}
-
-std::string format_confusion(const EvalResult& r) {
-  const int64_t K = r.num_classes;
-  size_t name_w = 5;
-  for (const auto& n : r.class_names) name_w = std::max(name_w, std::min<size_t>(n.size(), 20));
-  int64_t most = 1;
-  for (int64_t c : r.confusion) most = std::max(most, c);
-  int cell = std::max(5, int(std::to_string(most).size()) + 1);
-  std::string s = fmt::format("confusion matrix (rows: true class, columns: predicted class index)\n{:>{}}", "", name_w + 6);
-  for (int64_t k = 0; k < K; ++k) s += fmt::format("{:>{}}", k, cell);
-  s += fmt::format("{:>9}\n", "recall");
-  for (int64_t t = 0; t < K; ++t) {
-    std::string name = t < int64_t(r.class_names.size()) ? r.class_names[size_t(t)] : std::to_string(t);
-    if (name.size() > 20) name.resize(20);
-    int64_t row = 0;
-    for (int64_t p = 0; p < K; ++p) row += r.confusion[size_t(t * K + p)];
-    s += fmt::format("{:>3}  {:<{}} ", t, name, name_w);
-    for (int64_t p = 0; p < K; ++p) s += fmt::format("{:>{}}", r.confusion[size_t(t * K + p)], cell);
-    double recall = row ? double(r.confusion[size_t(t * K + t)]) / double(row) : 0.0;
-    s += fmt::format("{:>8.2f}%\n", 100 * recall);
-  }
-  return s;
-}
-
-EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
-                               const std::string& normalize, int64_t batch, int threads) {
-  RK_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
-  RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
-  ThreadsGuard threads_guard(threads);
-  io::Checkpoint ck = io::read_checkpoint(checkpoint);
-  auto test_set = data::open_dataset(spec, false, 0);
-  Shape chw = test_set->sample_shape();
-  const int64_t K = test_set->num_classes();
-  forward_macs(model_name, chw[0], K, chw);  // fits?
-  auto model = nn::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
-  io::load_model_state(ck, *model, model_name);
-
-  data::Normalize norm;
-  if (normalize == "auto" && ck.has_training_state) {
-    json c = json::parse(ck.info.config_json);
-    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
-      norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-      norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
-      RK_CHECK(int64_t(norm.mean.size()) == chw[0] || norm.mean.empty(),
-               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, norm.mean.size(), spec, chw[0]);
-    }
-  } else if (normalize != "none") {
-    auto train_set = data::open_dataset(spec, true, 0);
-    norm = parse_normalize(normalize, *train_set);
-  }
-  return evaluate(*model, *test_set, norm, batch);
-}
 
 // ---- the loop ----
 
@@ -378,14 +94,10 @@ TrainResult train(const TrainConfig& in) {
   const data::Augment augment = parse_augment(cfg.augment);
 
   // 2. Data, and whether the model fits it.
-  auto train_set = data::open_dataset(cfg.data, true, 0);
-  auto test_set = data::open_dataset(cfg.data, false, 0);
-  const Shape chw = train_set->sample_shape();
-  const int64_t K = train_set->num_classes();
-  RK_CHECK(test_set->sample_shape() == chw && test_set->num_classes() == K,
-           "--data {}: the test split has {} images of {} classes but the training split {} of {}", cfg.data,
-           shape_str(test_set->sample_shape()), test_set->num_classes(), shape_str(chw), K);
-  RK_CHECK(chw.size() == 3, "--data {}: samples have shape {}, not (C, H, W)", cfg.data, shape_str(chw));
+  TrainData data = open_train_data(cfg.data);
+  const std::unique_ptr<data::Dataset>&train_set = data.train, &test_set = data.test;
+  const Shape chw = data.chw;
+  const int64_t K = data.num_classes;
   res.macs_per_image = forward_macs(cfg.model, chw[0], K, chw);
   if (!cfg.resume) norm = parse_normalize(cfg.normalize, *train_set);
 
