@@ -5,7 +5,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "command.h"
 #include "reckon/ledger/ledger.h"
@@ -25,56 +27,23 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
   static train::TrainConfig c;
   static bool no_progress = false, progress = false, quiet = false;
   static bool out_given = false;
-  static std::string max_memory;
+  static std::map<std::string, std::string> bytes_text;  // Cli::bytes fields: the text given, by flag
   sub = app.add_subcommand("train", "train a zoo model on a dataset (checkpoints, metrics, TensorBoard events)");
-  sub->add_option("model", c.model, "zoo model name (reckon models)")->required();
-  sub->add_option("--data", c.data,
-                  "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | cifar100:DIR | folder:DIR | synthetic:CxHxW[:N[:K]]")
-      ->capture_default_str();
-  sub->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
-  sub->add_option("--batch", c.batch, "batch size")->capture_default_str();
-  sub->add_option("--lr", c.lr, "base learning rate")->capture_default_str();
-  sub->add_option("--optimizer", c.optimizer, "sgd | adam | adamw")->capture_default_str();
-  sub->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  sub->add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
-  sub->add_option("--weight-decay", c.weight_decay, "weight decay (decoupled for adamw)")->capture_default_str();
-  sub->add_option("--schedule", c.schedule, "none | step | cosine (per step over the run)")->capture_default_str();
-  sub->add_option("--warmup", c.warmup, "linear warm-up steps")->capture_default_str();
-  sub->add_option("--step-epochs", c.step_epochs, "step schedule: epochs between lr drops (0: epochs/3)")
-      ->capture_default_str();
-  sub->add_option("--gamma", c.gamma, "step schedule: lr factor at each drop")->capture_default_str();
-  sub->add_option("--label-smoothing", c.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
-  sub->add_option("--precision", c.precision, "fp32 | bf16 | fp16 (mixed precision: autocast, f32 master weights)")
-      ->capture_default_str();
-  sub->add_option("--accum", c.accum, "gradient accumulation: optimizer step every K micro-batches of --batch")
-      ->capture_default_str();
-  sub->add_flag("--recompute", c.recompute, "recompute each block's activations in backward (saves memory)");
-  sub->add_option("--conv-algo", c.conv_algo,
-                  "auto | direct: convolution algorithm (direct: no Winograd workspace; default: RECKON_CONV_ALGO, else auto)");
-  sub->add_option("--grad-scaler", c.grad_scaler, "dynamic loss scaling: auto (fp16 only) | on | off")
-      ->capture_default_str();
-  sub->add_option("--max-memory", max_memory,
-                  "memory budget (e.g. 4GiB, 512MiB): plan micro-batch, accumulation, precision and recomputation "
-                  "for the effective batch --batch x --accum; refuse a run that cannot fit");
-  sub->add_option("--seed", c.seed, "random seed (initialisation, shuffling, augmentation, dropout)")
-      ->capture_default_str();
-  sub->add_option("--threads", c.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
-  sub->add_option("--out", c.out, "output directory (last.safetensors, metrics.csv/.jsonl, events.out.tfevents.*); "
-                                  "default runs/MODEL")
-      ->each([](const std::string&) { out_given = true; });
-  sub->add_flag("--resume", c.resume, "continue the run in --out from its last.safetensors");
-  sub->add_option("--normalize", c.normalize, "auto (training-split mean/std) | none | M1,M2,../S1,S2,..")
-      ->capture_default_str();
-  sub->add_option("--augment", c.augment, "none | comma list of crop[:PAD], flip")->capture_default_str();
-  sub->add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps (0: at epoch ends only)")
-      ->capture_default_str();
-  sub->add_option("--log-every", c.log_every, "steps per metrics row / TensorBoard point")->capture_default_str();
-  sub->add_option("--print-every", c.print_every, "steps per log line when stdout is not a terminal")
-      ->capture_default_str();
-  sub->add_option("--eval-batch", c.eval_batch, "batch size of the evaluation")->capture_default_str();
-  sub->add_flag("--drop-last", c.drop_last, "drop the last partial batch of each epoch");
-  sub->add_option("--stop-after", c.stop_after, "stop after N steps in all, with a checkpoint (resume later)")
-      ->capture_default_str();
+  // The options of the fields (reckon/train/config_fields.h), in their order.
+  train::for_each_field(c, [&](const train::FieldInfo& f, auto& value, const auto&) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    switch (f.cli) {
+      case train::Cli::none: break;
+      case train::Cli::positional: sub->add_option(f.flag(), value, f.help)->required(); break;
+      case train::Cli::flag:
+        if constexpr (std::is_same_v<T, bool>) sub->add_flag(f.flag(), value, f.help);
+        break;
+      case train::Cli::option: sub->add_option(f.flag(), value, f.help)->capture_default_str(); break;
+      case train::Cli::option_no_default: sub->add_option(f.flag(), value, f.help); break;
+      case train::Cli::bytes: sub->add_option(f.flag(), bytes_text[f.flag()], f.help); break;
+    }
+  });
+  sub->get_option("--out")->each([](const std::string&) { out_given = true; });
   sub->add_flag("--progress", progress, "always draw the progress bar");
   sub->add_flag("--no-progress", no_progress, "never draw the progress bar (plain log lines)");
   sub->add_flag("--quiet", quiet, "print only the final line");
@@ -82,17 +51,21 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
   return [self] {
     if (!out_given) c.out = "runs/" + c.model;
     if (c.resume) {
-      std::string ignored;
-      for (const char* o : {"--data", "--epochs", "--batch", "--lr", "--optimizer", "--momentum", "--nesterov",
-                            "--weight-decay", "--schedule", "--warmup", "--step-epochs", "--gamma", "--label-smoothing",
-                            "--seed", "--normalize", "--augment", "--drop-last", "--precision", "--accum",
-                            "--recompute", "--grad-scaler", "--max-memory"})
-        if (self->count(o) > 0) ignored += std::string(ignored.empty() ? "" : ", ") + o;
+      std::string ignored;  // listed by what the checkpoint does with them, then in the fields' order
+      for (train::Keep k : {train::Keep::numbers, train::Keep::numbers_or_default, train::Keep::planned})
+        train::for_each_field(c, [&](const train::FieldInfo& f, const auto&, const auto&) {
+          if (f.keep == k && f.cli != train::Cli::none && self->count(f.flag()) > 0)
+            ignored += (ignored.empty() ? "" : ", ") + f.flag();
+        });
       if (!ignored.empty())
         std::fprintf(stderr, "reckon train: --resume takes its settings from the checkpoint; ignoring %s\n",
                      ignored.c_str());
     }
-    if (!max_memory.empty()) c.max_memory = parse_bytes(max_memory, "--max-memory");
+    train::for_each_field(c, [&](const train::FieldInfo& f, auto& value, const auto&) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, int64_t>)
+        if (f.cli == train::Cli::bytes && !bytes_text[f.flag()].empty())
+          value = parse_bytes(bytes_text[f.flag()], f.flag());
+    });
     c.progress = no_progress ? 0 : progress ? 1 : -1;
     c.verbose = quiet ? 0 : 1;
     g_stop = false;

@@ -23,6 +23,7 @@
 #include "reckon/ops/op.h"
 #include "reckon/ops/op_list.h"
 #include "reckon/nn/recompute.h"
+#include "reckon/optim/factory.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/step.h"
@@ -57,9 +58,10 @@ void check_sample_shape(const Shape& s) {
   RK_CHECK(ok, "[ledger] the input must be one sample's C x H x W with positive sizes, got {}", shape_str(s));
 }
 
+// SGD (lr 0.01, the config's momentum) or AdamW with PyTorch's defaults: each optimizer's own
+// lr and weight decay (optim/factory.h).
 std::unique_ptr<optim::Optimizer> make_optimizer(const LedgerConfig& cfg, std::vector<Tensor> params) {
-  if (cfg.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params));
-  return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = 0.01, .momentum = cfg.momentum});
+  return optim::make_optimizer({.name = cfg.optimizer, .momentum = cfg.momentum}, std::move(params));
 }
 
 // Bytes of the distinct storages of a module's parameters and buffers (what it holds in `param`).

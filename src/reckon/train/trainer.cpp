@@ -1,36 +1,35 @@
-// The training loop (see trainer.h). One function, train(), reads top to bottom as the run
-// goes: resolve the config (from the checkpoint on --resume), open the data, check the model
-// fits it and count its MACs, build model / optimizer / schedule, restore the checkpoint,
-// then epochs of steps with metrics, progress, evaluation and checkpoints.
+// The training loop (see trainer.h). train() reads top to bottom as the run goes, one named
+// step a function: read the checkpoint on --resume (its settings replace the numbers ones), open
+// the data and check the model fits it, plan for a memory budget, build model / loader /
+// optimizer / schedule, restore the checkpoint, open the output files, print the header, then
+// epochs of optimizer steps (metrics, display, checkpoints, evaluation at each epoch's end) and
+// the final report. The steps share one Run. Not here: the settings (config.h), the data
+// specs (data_spec.h), evaluation (eval.h), the display (progress.h).
 #include "reckon/train/trainer.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "reckon/io/checkpoint.h"
 #include "reckon/io/metrics.h"
 #include "reckon/io/tensorboard.h"
-#include "reckon/nn/models/registry.h"
-#include "reckon/ops/conv.h"
-#include "reckon/ops/functional.h"
-#include "reckon/ops/op.h"
-#include "reckon/ops/node.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
+#include "reckon/nn/models/registry.h"
 #include "reckon/nn/recompute.h"
+#include "reckon/ops/autocast.h"
+#include "reckon/ops/conv.h"
+#include "reckon/optim/factory.h"
 #include "reckon/optim/grad_scaler.h"
-#include "reckon/optim/optim.h"
-#include "reckon/optim/schedule.h"
 #include "reckon/optim/step.h"
+#include "reckon/train/progress.h"
 
 namespace reckon::train {
 
@@ -38,116 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Sets OpenMP's thread count for a scope (when n > 0) and restores it after, so a library
-// call leaves its caller's setting as it was.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int n) : prev_(omp_get_max_threads()) {
-    if (n > 0) omp_set_num_threads(n);
-  }
-  ~ThreadsGuard() { omp_set_num_threads(prev_); }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int prev_;
-};
-
-// ---- config <-> JSON (what the checkpoint keeps) ----
-
-json config_json(const TrainConfig& c, const data::Normalize& norm) {
-  return json{{"model", c.model},
-              {"data", c.data},
-              {"epochs", c.epochs},
-              {"batch", c.batch},
-              {"lr", c.lr},
-              {"optimizer", c.optimizer},
-              {"momentum", c.momentum},
-              {"nesterov", c.nesterov},
-              {"weight_decay", c.weight_decay},
-              {"schedule", c.schedule},
-              {"warmup", c.warmup},
-              {"step_epochs", c.step_epochs},
-              {"gamma", c.gamma},
-              {"label_smoothing", c.label_smoothing},
-              {"seed", c.seed},
-              {"normalize", c.normalize},
-              {"normalize_mean", norm.mean},
-              {"normalize_std", norm.std},
-              {"augment", c.augment},
-              {"drop_last", c.drop_last},
-              {"precision", c.precision},
-              {"accum", c.accum},
-              {"recompute", c.recompute},
-              {"grad_scaler", c.grad_scaler}};
-}
-
-// On --resume every setting that shapes the numbers (epochs too: the schedule depends on
-// them) comes from the checkpoint; the ones that only shape how the run is carried out
-// (threads, checkpoints, logging, stopping) from cfg.
-void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, const std::string& path) {
-  try {
-    c.data = j.at("data").get<std::string>();
-    c.epochs = j.at("epochs").get<int64_t>();
-    c.batch = j.at("batch").get<int64_t>();
-    c.lr = j.at("lr").get<double>();
-    c.optimizer = j.at("optimizer").get<std::string>();
-    c.momentum = j.at("momentum").get<double>();
-    c.nesterov = j.at("nesterov").get<bool>();
-    c.weight_decay = j.at("weight_decay").get<double>();
-    c.schedule = j.at("schedule").get<std::string>();
-    c.warmup = j.at("warmup").get<int64_t>();
-    c.step_epochs = j.at("step_epochs").get<double>();
-    c.gamma = j.at("gamma").get<double>();
-    c.label_smoothing = j.at("label_smoothing").get<double>();
-    c.seed = j.at("seed").get<uint64_t>();
-    c.normalize = j.at("normalize").get<std::string>();
-    norm.mean = j.at("normalize_mean").get<std::vector<float>>();
-    norm.std = j.at("normalize_std").get<std::vector<float>>();
-    c.augment = j.at("augment").get<std::string>();
-    c.drop_last = j.at("drop_last").get<bool>();
-    // Checkpoints from before mixed precision have none of these: the defaults then.
-    c.precision = j.value("precision", std::string("fp32"));
-    c.accum = j.value("accum", int64_t(1));
-    c.recompute = j.value("recompute", false);
-    c.grad_scaler = j.value("grad_scaler", std::string("auto"));
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: metadata 'config' lacks a training setting ({})", path, e.what()));
-  }
-}
-
-void validate(const TrainConfig& c) {
-  RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
-  RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
-  RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
-  RK_CHECK(c.optimizer == "sgd" || c.optimizer == "adam" || c.optimizer == "adamw",
-           "--optimizer '{}' is not one of sgd, adam, adamw", c.optimizer);
-  RK_CHECK(c.schedule == "none" || c.schedule == "step" || c.schedule == "cosine",
-           "--schedule '{}' is not one of none, step, cosine", c.schedule);
-  RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
-  RK_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})", c.weight_decay);
-  RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
-  RK_CHECK(c.step_epochs >= 0, "--step-epochs must be >= 0 (got {})", c.step_epochs);
-  RK_CHECK(c.gamma > 0, "--gamma must be positive (got {})", c.gamma);
-  RK_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1) (got {})",
-           c.label_smoothing);
-  RK_CHECK(c.threads >= 0, "--threads must be >= 0 (got {})", c.threads);
-  RK_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (got {})", c.checkpoint_every);
-  RK_CHECK(c.log_every >= 1, "--log-every must be at least 1 (got {})", c.log_every);
-  RK_CHECK(c.print_every >= 1, "--print-every must be at least 1 (got {})", c.print_every);
-  RK_CHECK(c.eval_batch >= 1, "--eval-batch must be at least 1 (got {})", c.eval_batch);
-  RK_CHECK(c.stop_after >= 0, "--stop-after must be >= 0 (got {})", c.stop_after);
-  RK_CHECK(!c.out.empty(), "--out must name a directory");
-  precision_dtype(c.precision);  // throws naming --precision
-  RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
-  grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
-  RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
-  if (!c.conv_algo.empty()) parse_conv_algorithm(c.conv_algo, "--conv-algo");
-}
 
 json scaler_json(const optim::GradScaler& g) {
   return json{{"scale", double(g.get_scale())}, {"growth_tracker", g.growth_tracker()},
@@ -168,657 +57,454 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
   }
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<Tensor> params) {
-  if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(
-        std::move(params),
-        optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .nesterov = c.nesterov});
-  if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  return std::make_unique<optim::AdamW>(std::move(params), optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-}
+// ---- the run, step by step ----
 
-std::shared_ptr<const optim::LRSchedule> make_schedule(const TrainConfig& c, int64_t steps_per_epoch) {
-  int64_t total = c.epochs * steps_per_epoch;
-  int64_t after_warmup = std::max<int64_t>(1, total - c.warmup);
-  std::shared_ptr<const optim::LRSchedule> s;
-  if (c.schedule == "cosine") {
-    s = std::make_shared<optim::CosineAnnealingLR>(c.lr, after_warmup);
-  } else if (c.schedule == "step") {
-    double every_epochs = c.step_epochs > 0 ? c.step_epochs : std::max(1.0, double(c.epochs) / 3.0);
-    int64_t every = std::max<int64_t>(1, int64_t(std::llround(every_epochs * double(steps_per_epoch))));
-    s = std::make_shared<optim::StepLR>(c.lr, every, c.gamma);
-  } else {
-    s = std::make_shared<optim::ConstantLR>(c.lr);
-  }
-  if (c.warmup > 0) s = std::make_shared<optim::LinearWarmup>(s, c.warmup);
-  return s;
-}
+// A run as its steps share it: set up by the steps before the epochs, then changed by each step.
+struct Run {
+  explicit Run(const TrainConfig& in)
+      : cfg(in), out_dir(in.out), ckpt_path((out_dir / "last.safetensors").string()), show(in) {}
 
-// Row-wise argmax of logits (B, K) compared with y (B): the number right.
-int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t>* pred_out = nullptr) {
-  Tensor l = contiguous(cast(logits, DType::f32));
-  const float* p = l.data<float>();
-  const int64_t* t = y.data<int64_t>();
-  int64_t B = l.size(0), K = l.size(1), right = 0;
-  if (pred_out) pred_out->resize(size_t(B));
-  for (int64_t i = 0; i < B; ++i) {
-    const float* row = p + i * K;
-    int64_t best = 0;
-    for (int64_t k = 1; k < K; ++k)
-      if (row[k] > row[best]) best = k;
-    right += best == t[i];
-    if (pred_out) (*pred_out)[size_t(i)] = best;
-  }
-  return right;
-}
-
-void check_labels(const data::Batch& b, int64_t K, const std::string& spec, int64_t epoch) {
-  const int64_t* y = b.y.data<int64_t>();
-  for (int64_t i = 0; i < b.y.numel(); ++i)
-    RK_CHECK(y[i] >= 0 && y[i] < K, "--data {}: label {} in batch {} of epoch {} is out of range [0, {})", spec, y[i],
-             b.index, epoch + 1, K);
-}
-
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "--:--";
-  auto t = int64_t(s + 0.5);
-  if (t >= 3600) return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
-  return fmt::format("{}:{:02d}", t / 60, t % 60);
-}
-
-std::string fmt_floats(const std::vector<float>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.4f}", i ? ", " : "", v[i]);
-  return s + "]";
-}
-
-// Running sums over a span of steps (an epoch, a log interval). Kept in the checkpoint so a
-// resumed run reports the same figures.
-struct Running {
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0, steps = 0;
-  void add(float loss, int64_t right, int64_t n) {
-    loss_sum += double(loss);
-    correct += right;
-    seen += n;
-    steps += 1;
-  }
-  double loss() const { return steps ? loss_sum / double(steps) : 0.0; }
-  double accuracy() const { return seen ? double(correct) / double(seen) : 0.0; }
-  json to_json() const { return {{"loss_sum", loss_sum}, {"correct", correct}, {"seen", seen}, {"steps", steps}}; }
-  static Running from_json(const json& j) {
-    Running r;
-    r.loss_sum = j.at("loss_sum").get<double>();
-    r.correct = j.at("correct").get<int64_t>();
-    r.seen = j.at("seen").get<int64_t>();
-    r.steps = j.at("steps").get<int64_t>();
-    return r;
-  }
-};
-
-// The one-line display: a redrawn progress bar on a terminal, or plain lines every few steps.
-class Display {
- public:
-  Display(const TrainConfig& c) : verbose_(c.verbose > 0), print_every_(c.print_every) {
-    bar_ = verbose_ && (c.progress == 1 || (c.progress < 0 && ::isatty(STDOUT_FILENO)));
-  }
-  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss, double acc,
-            double images_per_s, double eta_s) {
-    if (!verbose_) return;
-    if (bar_) {
-      auto now = Clock::now();
-      if (batch != batches && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
-      last_ = now;
-      drawn_ = true;
-      constexpr int kWidth = 24;
-      int filled = int(double(kWidth) * double(batch) / double(std::max<int64_t>(1, batches)));
-      std::string bar(size_t(filled), '#');
-      bar.resize(kWidth, '.');
-      std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s", (long long)epoch,
-                  (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, loss, 100 * acc, images_per_s,
-                  fmt_duration(eta_s).c_str());
-      std::fflush(stdout);
-    } else if (step % print_every_ == 0) {
-      std::printf("epoch %lld/%lld  batch %lld/%lld  step %lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s\n",
-                  (long long)epoch, (long long)epochs, (long long)batch, (long long)batches, (long long)step, loss,
-                  100 * acc, images_per_s, fmt_duration(eta_s).c_str());
-      std::fflush(stdout);
-    }
-  }
-  // A full line (ends the bar's line first).
-  void line(const std::string& s) {
-    if (!verbose_) return;
-    if (bar_ && drawn_) std::printf("\r\033[K");
-    drawn_ = false;
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  bool verbose_, bar_ = false, drawn_ = false;
-  int64_t print_every_;
-  Clock::time_point last_{};
-};
-
-}  // namespace
-
-// ---- building blocks ----
-
-data::Normalize parse_normalize(const std::string& spec, const data::Dataset& train_set) {
-  data::Normalize n;
-  if (spec == "none") return n;
-  int64_t C = train_set.sample_shape()[0];
-  if (spec == "auto") {
-    n.mean = data::channel_mean(train_set);
-    n.std = data::channel_std(train_set);
-    for (float& s : n.std)
-      if (!(s > 0)) s = 1.0f;  // a constant channel: centre it only
-    return n;
-  }
-  auto slash = spec.find('/');
-  RK_CHECK(slash != std::string::npos, "--normalize '{}' is not auto, none or MEAN,../STD,..", spec);
-  auto parse_list = [&](const std::string& s) {
-    std::vector<float> v;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      size_t used = 0;
-      float f = 0;
-      try {
-        f = std::stof(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      RK_CHECK(used > 0 && used == item.size() && std::isfinite(f), "--normalize '{}': '{}' is not a number", spec,
-               item);
-      v.push_back(f);
-    }
-    return v;
-  };
-  n.mean = parse_list(spec.substr(0, slash));
-  n.std = parse_list(spec.substr(slash + 1));
-  RK_CHECK(int64_t(n.mean.size()) == C && int64_t(n.std.size()) == C,
-           "--normalize '{}' gives {} means and {} stds but the images have {} channels", spec, n.mean.size(),
-           n.std.size(), C);
-  for (float s : n.std) RK_CHECK(s > 0, "--normalize '{}': every std must be positive", spec);
-  return n;
-}
-
-data::Augment parse_augment(const std::string& spec) {
-  data::Augment a;
-  if (spec == "none" || spec.empty()) return a;
-  std::stringstream ss(spec);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "flip") {
-      a.hflip = true;
-    } else if (item == "crop") {
-      a.crop_padding = 4;
-    } else if (item.rfind("crop:", 0) == 0) {
-      std::string n = item.substr(5);
-      RK_CHECK(!n.empty() && n.size() < 6 && std::all_of(n.begin(), n.end(), ::isdigit),
-               "--augment '{}': crop padding '{}' is not a count", spec, n);
-      a.crop_padding = std::stoll(n);
-    } else {
-      throw Error(fmt::format("--augment '{}': '{}' is not one of none, crop[:PAD], flip", spec, item));
-    }
-  }
-  return a;
-}
-
-int64_t forward_macs(const std::string& model_name, int64_t in_channels, int64_t num_classes, const Shape& chw) {
-  nn::ModelConfig mc{.num_classes = num_classes, .in_channels = in_channels, .device = Device::meta};
-  auto model = nn::make_model(model_name, mc);  // throws for an unknown name, listing the known ones
-  model->eval();
-  Shape in = chw;
-  in.insert(in.begin(), 1);
-  int64_t macs = 0;
-  Tensor out;
-  try {
-    ObserveOps obs([&](const OpRecord& r) { macs += r.cost.macs; });
-    NoGrad ng;
-    out = (*model)(Tensor::empty(in, DType::f32, Device::meta));
-  } catch (const Error& e) {
-    throw Error(fmt::format("model {} does not fit {} images (C, H, W): {}", model_name, shape_str(chw), e.what()));
-  }
-  RK_CHECK(out.shape() == Shape({1, num_classes}), "model {} maps {} images to {}, not [1, {}]", model_name,
-           shape_str(chw), shape_str(out.shape()), num_classes);
-  return macs;
-}
-
-EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision) {
-  auto t0 = Clock::now();
-  EvalResult r;
-  r.num_classes = ds.num_classes();
-  r.class_names = ds.class_names();
-  const int64_t K = r.num_classes;
-  r.confusion.assign(size_t(K * K), 0);
-  bool was_training = model.is_training();
-  model.eval();
-  data::LoaderOptions lo;
-  lo.batch = batch;
-  lo.shuffle = false;
-  lo.normalize = normalize;
-  data::Loader loader(ds, lo);
-  loader.start_epoch(0);
-  double loss_sum = 0;
-  int64_t right = 0;
-  std::vector<int64_t> pred;
-  data::Batch b;
-  {
-    NoGrad ng;
-    Autocast ac(precision);
-    while (loader.next(b)) {
-      check_labels(b, K, ds.name(), 0);
-      Tensor logits = model(b.x);
-      loss_sum += cross_entropy(logits, b.y, {.reduction = Reduction::sum}).item();
-      right += count_correct(logits, b.y, &pred);
-      const int64_t* y = b.y.data<int64_t>();
-      for (size_t i = 0; i < pred.size(); ++i) r.confusion[size_t(y[i] * K + pred[i])] += 1;
-      r.samples += b.y.numel();
-    }
-  }
-  model.train(was_training);
-  r.loss = r.samples ? loss_sum / double(r.samples) : 0.0;
-  r.accuracy = r.samples ? double(right) / double(r.samples) : 0.0;
-  r.seconds = seconds_since(t0);
-  return r;
-}
-
-std::string format_confusion(const EvalResult& r) {
-  const int64_t K = r.num_classes;
-  size_t name_w = 5;
-  for (const auto& n : r.class_names) name_w = std::max(name_w, std::min<size_t>(n.size(), 20));
-  int64_t most = 1;
-  for (int64_t c : r.confusion) most = std::max(most, c);
-  int cell = std::max(5, int(std::to_string(most).size()) + 1);
-  std::string s = fmt::format("confusion matrix (rows: true class, columns: predicted class index)\n{:>{}}", "", name_w + 6);
-  for (int64_t k = 0; k < K; ++k) s += fmt::format("{:>{}}", k, cell);
-  s += fmt::format("{:>9}\n", "recall");
-  for (int64_t t = 0; t < K; ++t) {
-    std::string name = t < int64_t(r.class_names.size()) ? r.class_names[size_t(t)] : std::to_string(t);
-    if (name.size() > 20) name.resize(20);
-    int64_t row = 0;
-    for (int64_t p = 0; p < K; ++p) row += r.confusion[size_t(t * K + p)];
-    s += fmt::format("{:>3}  {:<{}} ", t, name, name_w);
-    for (int64_t p = 0; p < K; ++p) s += fmt::format("{:>{}}", r.confusion[size_t(t * K + p)], cell);
-    double recall = row ? double(r.confusion[size_t(t * K + t)]) / double(row) : 0.0;
-    s += fmt::format("{:>8.2f}%\n", 100 * recall);
-  }
-  return s;
-}
-
-EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
-                               const std::string& normalize, int64_t batch, int threads) {
-  RK_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
-  RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
-  ThreadsGuard threads_guard(threads);
-  io::Checkpoint ck = io::read_checkpoint(checkpoint);
-  auto test_set = data::open_dataset(spec, false, 0);
-  Shape chw = test_set->sample_shape();
-  const int64_t K = test_set->num_classes();
-  forward_macs(model_name, chw[0], K, chw);  // fits?
-  auto model = nn::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
-  io::load_model_state(ck, *model, model_name);
-
-  data::Normalize norm;
-  if (normalize == "auto" && ck.has_training_state) {
-    json c = json::parse(ck.info.config_json);
-    if (c.contains("normalize_mean") && c.contains("normalize_std")) {
-      norm.mean = c["normalize_mean"].get<std::vector<float>>();
-      norm.std = c["normalize_std"].get<std::vector<float>>();
-      RK_CHECK(int64_t(norm.mean.size()) == chw[0] || norm.mean.empty(),
-               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, norm.mean.size(), spec, chw[0]);
-    }
-  } else if (normalize != "none") {
-    auto train_set = data::open_dataset(spec, true, 0);
-    norm = parse_normalize(normalize, *train_set);
-  }
-  return evaluate(*model, *test_set, norm, batch);
-}
-
-// ---- the loop ----
-
-TrainResult train(const TrainConfig& in) {
-  TrainConfig cfg = in;
+  TrainConfig cfg;  // as given, then from the checkpoint (--resume) and the plan (--max-memory)
+  // The process settings for the run, set once cfg is valid and put back last, when the run ends.
+  std::optional<ThreadsGuard> threads_guard;
+  std::optional<ConvAlgorithmScope> conv_algo_scope;  // the plan may switch it to direct
   TrainResult res;
-  const fs::path out_dir = cfg.out;
-  const std::string ckpt_path = (out_dir / "last.safetensors").string();
-  Display show(cfg);
+  const fs::path out_dir;
+  const std::string ckpt_path;
+  Display show;
 
-  // 1. The config, and on --resume the checkpoint it comes from.
-  io::Checkpoint ck;
-  data::Normalize norm;
-  json train_state;
-  if (cfg.resume) {
-    RK_CHECK(fs::exists(ckpt_path), "--resume: {} does not exist (nothing to resume in --out {})", ckpt_path, cfg.out);
-    ck = io::read_checkpoint(ckpt_path);
-    RK_CHECK(ck.has_training_state, "--resume: {} holds only weights, not a training checkpoint", ckpt_path);
-    RK_CHECK(ck.info.model == cfg.model, "--resume: {} is a checkpoint of model '{}', not '{}'", ckpt_path,
-             ck.info.model, cfg.model);
-    apply_saved_config(cfg, json::parse(ck.info.config_json), norm, ckpt_path);
-    auto it = ck.info.extra.find("train_state");
-    RK_CHECK(it != ck.info.extra.end(), "{}: metadata has no 'train_state'", ckpt_path);
-    try {
-      train_state = json::parse(it->second);
-    } catch (const json::exception& e) {
-      throw Error(fmt::format("{}: metadata 'train_state' is not valid JSON ({})", ckpt_path, e.what()));
-    }
+  io::Checkpoint ck;        // --resume: the checkpoint
+  json train_state;         // --resume: its running sums, file marks and scaler
+  data::Normalize norm;     // the checkpoint's, or from cfg.normalize
+  data::Augment augment;
+  TrainData data;
+  std::shared_ptr<nn::Module> model;
+  int64_t recompute_blocks = 0;
+  std::unique_ptr<data::Loader> loader;
+  int64_t nb = 0;               // micro-batches per epoch
+  int64_t steps_per_epoch = 0;  // optimizer steps per epoch: windows of accum micro-batches
+  int64_t total_steps = 0;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::shared_ptr<const optim::LRSchedule> sched;
+  std::unique_ptr<optim::GradScaler> scaler;  // null: no loss scaling
+  std::unique_ptr<Step> step;
+
+  io::TrainProgress prog;
+  Running epoch_run, interval_run;
+  std::unique_ptr<io::MetricsLog> metrics;
+  std::unique_ptr<io::EventWriter> events;
+  json saved_config;
+
+  // This session's clocks.
+  Clock::time_point run_t0;
+  double train_seconds = 0;      // in steps (loading included), for the ETA
+  double last_eval_seconds = 0;
+  int64_t session_steps = 0;
+
+  // Samples in micro-batch i of an epoch (the last may be short).
+  int64_t micro_size(int64_t i) const { return std::min(cfg.batch, loader->num_samples() - i * cfg.batch); }
+};
+
+// 1. On --resume: the checkpoint, and from it the settings that shape the numbers.
+void read_resume(Run& r) {
+  if (!r.cfg.resume) return;
+  const std::string& path = r.ckpt_path;
+  RK_CHECK(fs::exists(path), "--resume: {} does not exist (nothing to resume in --out {})", path, r.cfg.out);
+  r.ck = io::read_checkpoint(path);
+  RK_CHECK(r.ck.has_training_state, "--resume: {} holds only weights, not a training checkpoint", path);
+  RK_CHECK(r.ck.info.model == r.cfg.model, "--resume: {} is a checkpoint of model '{}', not '{}'", path,
+           r.ck.info.model, r.cfg.model);
+  apply_saved_config(r.cfg, json::parse(r.ck.info.config_json), r.norm, path);
+  auto it = r.ck.info.extra.find("train_state");
+  RK_CHECK(it != r.ck.info.extra.end(), "{}: metadata has no 'train_state'", path);
+  try {
+    r.train_state = json::parse(it->second);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: metadata 'train_state' is not valid JSON ({})", path, e.what()));
   }
-  validate(cfg);
-  ThreadsGuard threads_guard(cfg.threads);
-  ConvAlgorithmScope conv_algo_scope(cfg.conv_algo);  // the plan below may switch it to direct
-  const data::Augment augment = parse_augment(cfg.augment);
+}
 
-  // 2. Data, and whether the model fits it.
-  auto train_set = data::open_dataset(cfg.data, true, 0);
-  auto test_set = data::open_dataset(cfg.data, false, 0);
-  const Shape chw = train_set->sample_shape();
-  const int64_t K = train_set->num_classes();
-  RK_CHECK(test_set->sample_shape() == chw && test_set->num_classes() == K,
-           "--data {}: the test split has {} images of {} classes but the training split {} of {}", cfg.data,
-           shape_str(test_set->sample_shape()), test_set->num_classes(), shape_str(chw), K);
-  RK_CHECK(chw.size() == 3, "--data {}: samples have shape {}, not (C, H, W)", cfg.data, shape_str(chw));
-  res.macs_per_image = forward_macs(cfg.model, chw[0], K, chw);
-  if (!cfg.resume) norm = parse_normalize(cfg.normalize, *train_set);
+// 2. The data, whether the model fits it (and its MACs), the normalisation unless resumed.
+void open_data(Run& r) {
+  r.data = open_train_data(r.cfg.data);
+  r.res.macs_per_image = forward_macs(r.cfg.model, r.data.chw[0], r.data.num_classes, r.data.chw);
+  if (!r.cfg.resume) r.norm = parse_normalize(r.cfg.normalize, *r.data.train);
+}
 
-  // A memory budget: plan micro-batch, accumulation, precision and recomputation for the
-  // effective batch before anything is built (on --resume the checkpoint holds the plan).
-  if (cfg.max_memory > 0 && !cfg.resume) {
-    PlanConfig pc;
-    pc.model = cfg.model;
-    pc.batch = cfg.batch * cfg.accum;
-    pc.memory_bytes = cfg.max_memory;
-    pc.input = chw;
-    pc.num_classes = K;
-    pc.optimizer = cfg.optimizer == "sgd" ? "sgd" : "adamw";  // adam's state is adamw's
-    pc.momentum = cfg.momentum;
-    Plan p = plan(pc);
-    const PlanRung* best = p.best();
-    RK_CHECK(best != nullptr, "--max-memory {}: this run cannot fit; the ladder:\n{}", format_mib(cfg.max_memory),
-             format_plan(p));
-    cfg.batch = best->micro_batch;
-    cfg.accum = best->accum;
-    cfg.precision = best->precision;
-    cfg.recompute = best->recompute;
-    if (best->direct_conv) {
-      cfg.conv_algo = "direct";
-      set_conv_algorithm(ConvAlgorithm::direct);  // until conv_algo_scope ends with the run
-    }
-    // Evaluation (in the run's precision) holds no gradients or saved activations: at the
-    // micro-batch it stays below the training step's peak, so the budget holds for the whole run.
-    cfg.eval_batch = std::min(cfg.eval_batch, cfg.batch);
-    show.line(format_plan(p));
-    tracker(Device::cpu).reset_peak();  // the planner's cpu calibration (if it ran) is not the run's
+// 3. A memory budget: plan micro-batch, accumulation, precision and recomputation for the
+// effective batch before anything is built (on --resume the checkpoint holds the plan).
+void plan_to_fit(Run& r) {
+  TrainConfig& cfg = r.cfg;
+  PlanConfig pc;
+  pc.model = cfg.model;
+  pc.batch = cfg.batch * cfg.accum;
+  pc.memory_bytes = cfg.max_memory;
+  pc.input = r.data.chw;
+  pc.num_classes = r.data.num_classes;
+  pc.optimizer = cfg.optimizer == "sgd" ? "sgd" : "adamw";  // adam's state is adamw's
+  pc.momentum = cfg.momentum;
+  Plan p = plan(pc);
+  const PlanRung* best = p.best();
+  RK_CHECK(best != nullptr, "--max-memory {}: this run cannot fit; the ladder:\n{}", format_mib(cfg.max_memory),
+           format_plan(p));
+  cfg.batch = best->micro_batch;
+  cfg.accum = best->accum;
+  cfg.precision = best->precision;
+  cfg.recompute = best->recompute;
+  if (best->direct_conv) {
+    cfg.conv_algo = "direct";
+    set_conv_algorithm(ConvAlgorithm::direct);  // until conv_algo_scope ends with the run
   }
+  // Evaluation (in the run's precision) holds no gradients or saved activations: at the
+  // micro-batch it stays below the training step's peak, so the budget holds for the whole run.
+  cfg.eval_batch = std::min(cfg.eval_batch, cfg.batch);
+  r.show.line(format_plan(p));
+  tracker(Device::cpu).reset_peak();  // the planner's cpu calibration (if it ran) is not the run's
+}
 
-  // 3. Model, loader, optimizer, schedule.
+// 4. Model (from manual_seed(seed)), loader, optimizer, schedule, loss scaler and the step.
+void build(Run& r) {
+  const TrainConfig& cfg = r.cfg;
   manual_seed(cfg.seed);
-  auto model = nn::make_model(cfg.model, {.num_classes = K, .in_channels = chw[0]});
-  res.parameters = model->num_parameters();
-  const int64_t recompute_blocks = cfg.recompute ? nn::enable_recompute(*model) : 0;
+  r.model = nn::make_model(cfg.model, {.num_classes = r.data.num_classes, .in_channels = r.data.chw[0]});
+  r.res.parameters = r.model->num_parameters();
+  r.recompute_blocks = cfg.recompute ? nn::enable_recompute(*r.model) : 0;
   data::LoaderOptions lo;
   lo.batch = cfg.batch;
   lo.shuffle = true;
   lo.drop_last = cfg.drop_last;
   lo.seed = cfg.seed;
-  lo.normalize = norm;
-  lo.augment = augment;
+  lo.normalize = r.norm;
+  lo.augment = r.augment;
   lo.prefetch = cfg.prefetch;
-  data::Loader loader(*train_set, lo);
-  const int64_t nb = loader.num_batches();  // micro-batches per epoch
-  RK_CHECK(nb > 0, "--data {}: {} training samples make no batch of {} (drop_last)", cfg.data, train_set->size(),
+  r.loader = std::make_unique<data::Loader>(*r.data.train, lo);
+  r.nb = r.loader->num_batches();
+  RK_CHECK(r.nb > 0, "--data {}: {} training samples make no batch of {} (drop_last)", cfg.data, r.data.train->size(),
            cfg.batch);
-  const int64_t steps_per_epoch = (nb + cfg.accum - 1) / cfg.accum;  // optimizer steps: windows of accum
-  const int64_t total_steps = cfg.epochs * steps_per_epoch;
-  auto micro_size = [&](int64_t i) { return std::min(cfg.batch, loader.num_samples() - i * cfg.batch); };
-  auto opt = make_optimizer(cfg, model->parameters());
-  auto sched = make_schedule(cfg, steps_per_epoch);
-  std::unique_ptr<optim::GradScaler> scaler;
-  if (grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision))) scaler = std::make_unique<optim::GradScaler>();
-  Step step(*model, *opt, scaler.get(), {.precision = precision_dtype(cfg.precision), .label_smoothing = cfg.label_smoothing});
+  r.steps_per_epoch = (r.nb + cfg.accum - 1) / cfg.accum;
+  r.total_steps = cfg.epochs * r.steps_per_epoch;
+  r.opt = optim::make_optimizer(optimizer_spec(cfg), r.model->parameters());
+  r.sched = optim::make_schedule(schedule_spec(cfg, r.steps_per_epoch));
+  if (grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision))) r.scaler = std::make_unique<optim::GradScaler>();
+  r.step = std::make_unique<Step>(*r.model, *r.opt, r.scaler.get(),
+                                  StepConfig{.precision = precision_dtype(cfg.precision),
+                                             .label_smoothing = cfg.label_smoothing});
+}
 
-  // 4. Restore.
-  io::TrainProgress prog;
-  io::MetricsLog::Marks marks;
+// Where the output files of a resumed run stood at its checkpoint.
+struct FileMarks {
+  io::MetricsLog::Marks metrics;
   std::string events_file;
   int64_t events_bytes = 0;
-  Running epoch_run, interval_run;
-  if (cfg.resume) {
-    io::load_model_state(ck, *model, cfg.model);
-    io::load_optimizer_state(ck, *opt, cfg.optimizer);
-    prog = ck.info.progress;
-    RK_CHECK(prog.batch_in_epoch <= nb, "{}: batch_in_epoch {} is past the {} batches of an epoch", ckpt_path,
-             prog.batch_in_epoch, nb);
-    RK_CHECK(prog.batch_in_epoch % cfg.accum == 0 || prog.batch_in_epoch == nb,
-             "{}: batch_in_epoch {} is inside an accumulation window of {}", ckpt_path, prog.batch_in_epoch, cfg.accum);
-    default_generator().set_state(prog.rng_state);
-    try {
-      epoch_run = Running::from_json(train_state.at("epoch"));
-      interval_run = Running::from_json(train_state.at("interval"));
-      marks.csv_bytes = train_state.at("metrics_csv_bytes").get<int64_t>();
-      marks.jsonl_bytes = train_state.at("metrics_jsonl_bytes").get<int64_t>();
-      events_file = train_state.at("events_file").get<std::string>();
-      events_bytes = train_state.at("events_bytes").get<int64_t>();
-      if (scaler && train_state.contains("scaler")) restore_scaler(*scaler, train_state.at("scaler"), ckpt_path);
-    } catch (const json::exception& e) {
-      throw Error(fmt::format("{}: metadata 'train_state' is incomplete ({})", ckpt_path, e.what()));
-    }
+};
+
+// 5. On --resume: weights, optimizer state, progress, the RNG, the running sums, the scaler.
+FileMarks restore(Run& r) {
+  FileMarks m;
+  if (!r.cfg.resume) return m;
+  const std::string& path = r.ckpt_path;
+  io::load_model_state(r.ck, *r.model, r.cfg.model);
+  io::load_optimizer_state(r.ck, *r.opt, r.cfg.optimizer);
+  r.prog = r.ck.info.progress;
+  RK_CHECK(r.prog.batch_in_epoch <= r.nb, "{}: batch_in_epoch {} is past the {} batches of an epoch", path,
+           r.prog.batch_in_epoch, r.nb);
+  RK_CHECK(r.prog.batch_in_epoch % r.cfg.accum == 0 || r.prog.batch_in_epoch == r.nb,
+           "{}: batch_in_epoch {} is inside an accumulation window of {}", path, r.prog.batch_in_epoch, r.cfg.accum);
+  default_generator().set_state(r.prog.rng_state);
+  const json& st = r.train_state;
+  try {
+    r.epoch_run = Running::from_json(st.at("epoch"));
+    r.interval_run = Running::from_json(st.at("interval"));
+    m.metrics.csv_bytes = st.at("metrics_csv_bytes").get<int64_t>();
+    m.metrics.jsonl_bytes = st.at("metrics_jsonl_bytes").get<int64_t>();
+    m.events_file = st.at("events_file").get<std::string>();
+    m.events_bytes = st.at("events_bytes").get<int64_t>();
+    if (r.scaler && st.contains("scaler")) restore_scaler(*r.scaler, st.at("scaler"), path);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: metadata 'train_state' is incomplete ({})", path, e.what()));
   }
-  res.first_step = prog.step;
+  return m;
+}
 
-  // 5. Output files.
+// 6. The output directory, the metrics files and the TensorBoard events (on --resume cut back
+// to the checkpoint and appended to).
+void open_outputs(Run& r, const FileMarks& m) {
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  RK_CHECK(fs::is_directory(out_dir), "--out {}: cannot create the directory{}", cfg.out,
+  fs::create_directories(r.out_dir, ec);
+  RK_CHECK(fs::is_directory(r.out_dir), "--out {}: cannot create the directory{}", r.cfg.out,
            ec ? ": " + ec.message() : std::string());
-  io::MetricsLog metrics(out_dir.string(),
-                         {"epoch", "loss", "accuracy", "lr", "images_per_s", "seconds", "loss_scale", "skipped_steps"},
-                         cfg.resume ? &marks : nullptr);
-  std::unique_ptr<io::EventWriter> events =
-      cfg.resume && !events_file.empty()
-          ? std::make_unique<io::EventWriter>((out_dir / events_file).string(), events_bytes)
-          : std::make_unique<io::EventWriter>(out_dir.string());
-  const json saved_config = config_json(cfg, norm);
+  r.metrics = std::make_unique<io::MetricsLog>(
+      r.out_dir.string(),
+      std::vector<std::string>{"epoch", "loss", "accuracy", "lr", "images_per_s", "seconds", "loss_scale",
+                               "skipped_steps"},
+      r.cfg.resume ? &m.metrics : nullptr);
+  r.events = r.cfg.resume && !m.events_file.empty()
+                 ? std::make_unique<io::EventWriter>((r.out_dir / m.events_file).string(), m.events_bytes)
+                 : std::make_unique<io::EventWriter>(r.out_dir.string());
+  r.saved_config = config_json(r.cfg, r.norm);
+}
 
-  show.line(fmt::format("{}: {} parameters, {:.3f} M forward MACs per image ({} images, {} classes)", cfg.model,
-                        res.parameters, double(res.macs_per_image) / 1e6, shape_str(chw), K));
-  show.line(fmt::format("data {}: {} training / {} test samples; normalize {}", cfg.data, train_set->size(),
-                        test_set->size(),
-                        norm.mean.empty() ? std::string("none")
-                                          : fmt::format("mean {} std {}", fmt_floats(norm.mean), fmt_floats(norm.std))));
-  show.line(fmt::format("{} lr {} (momentum {}, weight decay {}), schedule {} (warm-up {} steps), batch {}, {} batches "
-                        "per epoch, {} epochs, seed {}, {} threads; output {}",
-                        cfg.optimizer, cfg.lr, cfg.optimizer == "sgd" ? cfg.momentum : 0.0, cfg.weight_decay,
-                        cfg.schedule, cfg.warmup, cfg.batch, nb, cfg.epochs, cfg.seed, omp_get_max_threads(),
-                        cfg.out));
-  show.line(fmt::format("precision {}{}, batch {} x accumulation {} = effective batch {} ({} optimizer steps per "
-                        "epoch){}",
-                        cfg.precision,
-                        scaler ? " with dynamic loss scaling" : "", cfg.batch, cfg.accum, cfg.batch * cfg.accum,
-                        steps_per_epoch,
-                        cfg.recompute ? fmt::format(", recomputing {} blocks in backward", recompute_blocks) : "") +
-            (conv_algorithm() == ConvAlgorithm::direct ? "; convolutions direct (no Winograd)" : ""));
+// 7. What the run is, in a few lines.
+void print_header(Run& r) {
+  const TrainConfig& cfg = r.cfg;
+  const TrainData& d = r.data;
+  r.show.line(fmt::format("{}: {} parameters, {:.3f} M forward MACs per image ({} images, {} classes)", cfg.model,
+                          r.res.parameters, double(r.res.macs_per_image) / 1e6, shape_str(d.chw), d.num_classes));
+  r.show.line(fmt::format("data {}: {} training / {} test samples; normalize {}", cfg.data, d.train->size(),
+                          d.test->size(),
+                          r.norm.mean.empty()
+                              ? std::string("none")
+                              : fmt::format("mean {} std {}", fmt_floats(r.norm.mean), fmt_floats(r.norm.std))));
+  r.show.line(fmt::format("{} lr {} (momentum {}, weight decay {}), schedule {} (warm-up {} steps), batch {}, {} "
+                          "batches per epoch, {} epochs, seed {}, {} threads; output {}",
+                          cfg.optimizer, cfg.lr, cfg.optimizer == "sgd" ? cfg.momentum : 0.0, cfg.weight_decay,
+                          cfg.schedule, cfg.warmup, cfg.batch, r.nb, cfg.epochs, cfg.seed, omp_get_max_threads(),
+                          cfg.out));
+  r.show.line(fmt::format("precision {}{}, batch {} x accumulation {} = effective batch {} ({} optimizer steps per "
+                          "epoch){}",
+                          cfg.precision, r.scaler ? " with dynamic loss scaling" : "", cfg.batch, cfg.accum,
+                          cfg.batch * cfg.accum, r.steps_per_epoch,
+                          cfg.recompute ? fmt::format(", recomputing {} blocks in backward", r.recompute_blocks) : "") +
+              (conv_algorithm() == ConvAlgorithm::direct ? "; convolutions direct (no Winograd)" : ""));
   if (cfg.accum > 1)
-    for (auto& [name, mod] : model->named_modules())
+    for (auto& [name, mod] : r.model->named_modules())
       if (mod->type_name() == "BatchNorm2d") {
-        show.line(fmt::format("note: batch-norm statistics see one micro-batch of {} samples, not the effective "
-                              "batch of {}",
-                              cfg.batch, cfg.batch * cfg.accum));
+        r.show.line(fmt::format("note: batch-norm statistics see one micro-batch of {} samples, not the effective "
+                                "batch of {}",
+                                cfg.batch, cfg.batch * cfg.accum));
         break;
       }
   if (cfg.resume)
-    show.line(fmt::format("resuming from {} at step {} (epoch {}, batch {}); settings from the checkpoint", ckpt_path,
-                          prog.step, prog.epoch + 1, prog.batch_in_epoch));
+    r.show.line(fmt::format("resuming from {} at step {} (epoch {}, batch {}); settings from the checkpoint",
+                            r.ckpt_path, r.prog.step, r.prog.epoch + 1, r.prog.batch_in_epoch));
+}
 
-  auto save = [&](int64_t epoch, int64_t batch_in_epoch) {
-    metrics.flush();
-    events->flush();
-    io::MetricsLog::Marks m = metrics.marks();
-    json st{{"epoch", epoch_run.to_json()},
-            {"interval", interval_run.to_json()},
-            {"metrics_csv_bytes", m.csv_bytes},
-            {"metrics_jsonl_bytes", m.jsonl_bytes},
-            {"events_file", fs::path(events->path()).filename().string()},
-            {"events_bytes", events->bytes()}};
-    if (scaler) st["scaler"] = scaler_json(*scaler);
-    io::CheckpointInfo info;
-    info.model = cfg.model;
-    info.optimizer = cfg.optimizer;
-    info.progress = {.step = prog.step, .epoch = epoch, .batch_in_epoch = batch_in_epoch,
-                     .rng_state = default_generator().state()};
-    info.config_json = saved_config.dump();
-    info.extra["train_state"] = st.dump();
-    info.extra["num_classes"] = std::to_string(K);
-    info.extra["input_shape"] = shape_str(chw);
-    io::save_checkpoint(ckpt_path, *model, opt.get(), info);
-    res.checkpoint = ckpt_path;
-  };
+// Checkpointing: weights, optimizer state, progress (epoch, batch_in_epoch: where the run
+// stands), the RNG, the config and the train state, after flushing the files it marks.
+void save(Run& r, int64_t epoch, int64_t batch_in_epoch) {
+  r.metrics->flush();
+  r.events->flush();
+  io::MetricsLog::Marks m = r.metrics->marks();
+  json st{{"epoch", r.epoch_run.to_json()},
+          {"interval", r.interval_run.to_json()},
+          {"metrics_csv_bytes", m.csv_bytes},
+          {"metrics_jsonl_bytes", m.jsonl_bytes},
+          {"events_file", fs::path(r.events->path()).filename().string()},
+          {"events_bytes", r.events->bytes()}};
+  if (r.scaler) st["scaler"] = scaler_json(*r.scaler);
+  io::CheckpointInfo info;
+  info.model = r.cfg.model;
+  info.optimizer = r.cfg.optimizer;
+  info.progress = {.step = r.prog.step, .epoch = epoch, .batch_in_epoch = batch_in_epoch,
+                   .rng_state = default_generator().state()};
+  info.config_json = r.saved_config.dump();
+  info.extra["train_state"] = st.dump();
+  info.extra["num_classes"] = std::to_string(r.data.num_classes);
+  info.extra["input_shape"] = shape_str(r.data.chw);
+  io::save_checkpoint(r.ckpt_path, *r.model, r.opt.get(), info);
+  r.res.checkpoint = r.ckpt_path;
+}
 
-  // 6. Epochs.
-  const auto run_t0 = Clock::now();
-  double train_seconds = 0, last_eval_seconds = 0;
-  int64_t session_steps = 0;
-  int64_t epoch = prog.epoch, skip = prog.batch_in_epoch;
-  while (epoch < cfg.epochs) {
-    model->train();
-    loader.start_epoch(epoch, skip);
-    if (skip == 0) epoch_run = Running{};
-    auto epoch_t0 = Clock::now();
-    auto interval_t0 = epoch_t0;
-    int64_t epoch_images = 0, interval_images = 0;
-    data::Batch b;
-    while (true) {
-      auto step_t0 = Clock::now();
-      if (!loader.next(b)) break;
-      // One optimizer step: the window of micro-batches [first, last) of the epoch.
-      const int64_t first = b.index, last = std::min(first + cfg.accum, nb);
-      int64_t window = 0;
-      for (int64_t i = first; i < last; ++i) window += micro_size(i);
-      const double lr = sched->get_lr(prog.step);
-      opt->set_lr(lr);
-      step.begin(window);
-      double loss_sum = 0;
-      int64_t right = 0, n = 0;
-      for (int64_t i = first; i < last; ++i) {
-        if (i > first) RK_CHECK(loader.next(b) && b.index == i, "[train] the loader ended inside a window");
-        check_labels(b, K, cfg.data, epoch);
-        MicroResult r = step.micro(b.x, b.y);
-        loss_sum += r.loss * double(b.y.numel());
-        right += count_correct(r.logits, b.y);
-        n += b.y.numel();
-      }
-      const bool stepped = step.finish();
-      prog.step += 1;
-      session_steps += 1;
-      const float l = float(loss_sum / double(n));
-      RK_CHECK(std::isfinite(l), "[train] the loss is {} at step {} (epoch {}); try a lower --lr (now {})", l,
-               prog.step, epoch + 1, lr);
-      if (!stepped && scaler && scaler->skipped_steps() <= 5)
-        show.line(fmt::format("step {}: skipped, the gradient of {} overflowed; loss scale now {}", prog.step,
-                              scaler->overflow_param(), scaler->get_scale()));
-      if (scaler && !scaler->warning().empty()) show.line("warning: " + scaler->warning());
-      epoch_run.add(l, right, n);
-      interval_run.add(l, right, n);
-      res.losses.push_back(l);
-      train_seconds += seconds_since(step_t0);
-      epoch_images += n;
-      interval_images += n;
+// An epoch's clocks: since its start, and since the last metrics row.
+struct EpochClock {
+  Clock::time_point epoch_t0 = Clock::now(), interval_t0 = epoch_t0;
+  int64_t epoch_images = 0, interval_images = 0;
+};
 
-      if (prog.step % cfg.log_every == 0) {
-        double ips = double(interval_images) / std::max(1e-9, seconds_since(interval_t0));
-        metrics.write("train", prog.step,
-                      {{"epoch", double(epoch + 1)},
-                       {"loss", interval_run.loss()},
-                       {"accuracy", interval_run.accuracy()},
-                       {"lr", lr},
-                       {"images_per_s", ips},
-                       {"loss_scale", scaler ? double(scaler->get_scale()) : 0.0},
-                       {"skipped_steps", scaler ? double(scaler->skipped_steps()) : 0.0}});
-        if (scaler) events->add_scalar("train/loss_scale", scaler->get_scale(), prog.step);
-        events->add_scalar("train/loss", float(interval_run.loss()), prog.step);
-        events->add_scalar("train/accuracy", float(interval_run.accuracy()), prog.step);
-        events->add_scalar("train/lr", float(lr), prog.step);
-        events->add_scalar("train/images_per_s", float(ips), prog.step);
-        interval_run = Running{};
-        interval_t0 = Clock::now();
-        interval_images = 0;
-      }
-      const double rate = double(session_steps) / std::max(1e-9, train_seconds);  // steps/s
-      const double eta = double(total_steps - prog.step) / rate + double(cfg.epochs - epoch) * last_eval_seconds;
-      show.step(epoch + 1, cfg.epochs, last, nb, prog.step, epoch_run.loss(), epoch_run.accuracy(),
-                double(epoch_images) / std::max(1e-9, seconds_since(epoch_t0)), eta);
+// What one optimizer step did.
+struct StepDone {
+  int64_t last = 0;  // the micro-batch after its window
+  int64_t n = 0;     // samples
+  double lr = 0;
+};
 
-      const bool stop = (cfg.stop_after > 0 && prog.step >= cfg.stop_after) ||
-                        (cfg.stop_flag && cfg.stop_flag->load());
-      if (stop || (cfg.checkpoint_every > 0 && prog.step % cfg.checkpoint_every == 0)) save(epoch, last);
-      if (stop) {
-        res.stopped = true;
-        show.line(fmt::format("stopped at step {} (epoch {}, batch {}/{}); checkpoint: {} (continue with --resume)",
-                              prog.step, epoch + 1, last, nb, ckpt_path));
-        res.steps = prog.step;
-        if (scaler) res.skipped_steps = scaler->skipped_steps(), res.loss_scale = scaler->get_scale();
-        res.rng_state = default_generator().state();
-        return res;
-      }
-    }
-    const double epoch_seconds = seconds_since(epoch_t0);
+// One optimizer step: the window of micro-batches [b.index, b.index + accum) of the epoch, b
+// its first (the loader gives the rest). Adds its mean loss to the running sums and the losses.
+StepDone optimizer_step(Run& r, data::Batch& b, int64_t epoch) {
+  const TrainConfig& cfg = r.cfg;
+  const int64_t first = b.index, last = std::min(first + cfg.accum, r.nb);
+  int64_t window = 0;
+  for (int64_t i = first; i < last; ++i) window += r.micro_size(i);
+  const double lr = r.sched->get_lr(r.prog.step);
+  r.opt->set_lr(lr);
+  r.step->begin(window);
+  double loss_sum = 0;
+  int64_t right = 0, n = 0;
+  for (int64_t i = first; i < last; ++i) {
+    if (i > first) RK_CHECK(r.loader->next(b) && b.index == i, "[train] the loader ended inside a window");
+    check_labels(b, r.data.num_classes, cfg.data, epoch);
+    MicroResult m = r.step->micro(b.x, b.y);
+    loss_sum += m.loss * double(b.y.numel());
+    right += count_correct(m.logits, b.y);
+    n += b.y.numel();
+  }
+  const bool stepped = r.step->finish();
+  r.prog.step += 1;
+  r.session_steps += 1;
+  const float l = float(loss_sum / double(n));
+  RK_CHECK(std::isfinite(l), "[train] the loss is {} at step {} (epoch {}); try a lower --lr (now {})", l,
+           r.prog.step, epoch + 1, lr);
+  if (!stepped && r.scaler && r.scaler->skipped_steps() <= 5)
+    r.show.line(fmt::format("step {}: skipped, the gradient of {} overflowed; loss scale now {}", r.prog.step,
+                            r.scaler->overflow_param(), r.scaler->get_scale()));
+  if (r.scaler && !r.scaler->warning().empty()) r.show.line("warning: " + r.scaler->warning());
+  r.epoch_run.add(l, right, n);
+  r.interval_run.add(l, right, n);
+  r.res.losses.push_back(l);
+  return {.last = last, .n = n, .lr = lr};
+}
 
-    // End of the epoch: evaluate, log, checkpoint.
-    EvalResult ev = evaluate(*model, *test_set, norm, cfg.eval_batch, precision_dtype(cfg.precision));
-    last_eval_seconds = ev.seconds;
-    EpochStats es{.epoch = epoch + 1,
-                  .train_loss = epoch_run.loss(),
-                  .train_accuracy = epoch_run.accuracy(),
-                  .test_loss = ev.loss,
-                  .test_accuracy = ev.accuracy,
-                  .seconds = epoch_seconds,
-                  .images_per_s = double(epoch_images) / std::max(1e-9, epoch_seconds)};
-    res.epochs.push_back(es);
-    res.final_eval = ev;
-    metrics.write("epoch", prog.step,
-                  {{"epoch", double(epoch + 1)},
-                   {"loss", es.train_loss},
-                   {"accuracy", es.train_accuracy},
-                   {"images_per_s", es.images_per_s},
-                   {"seconds", es.seconds}});
-    metrics.write("test", prog.step,
-                  {{"epoch", double(epoch + 1)}, {"loss", ev.loss}, {"accuracy", ev.accuracy}, {"seconds", ev.seconds}});
-    events->add_scalar("epoch/train_loss", float(es.train_loss), prog.step);
-    events->add_scalar("epoch/train_accuracy", float(es.train_accuracy), prog.step);
-    events->add_scalar("epoch/images_per_s", float(es.images_per_s), prog.step);
-    events->add_scalar("test/loss", float(ev.loss), prog.step);
-    events->add_scalar("test/accuracy", float(ev.accuracy), prog.step);
-    show.line(fmt::format("epoch {}/{}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  {:.1f} s  "
+// Every log_every steps: a metrics row and TensorBoard points over the interval, then a new one.
+void log_interval(Run& r, int64_t epoch, double lr, EpochClock& t) {
+  const optim::GradScaler* scaler = r.scaler.get();
+  const int64_t step = r.prog.step;
+  double ips = double(t.interval_images) / std::max(1e-9, seconds_since(t.interval_t0));
+  r.metrics->write("train", step,
+                   {{"epoch", double(epoch + 1)},
+                    {"loss", r.interval_run.loss()},
+                    {"accuracy", r.interval_run.accuracy()},
+                    {"lr", lr},
+                    {"images_per_s", ips},
+                    {"loss_scale", scaler ? double(scaler->get_scale()) : 0.0},
+                    {"skipped_steps", scaler ? double(scaler->skipped_steps()) : 0.0}});
+  if (scaler) r.events->add_scalar("train/loss_scale", scaler->get_scale(), step);
+  r.events->add_scalar("train/loss", float(r.interval_run.loss()), step);
+  r.events->add_scalar("train/accuracy", float(r.interval_run.accuracy()), step);
+  r.events->add_scalar("train/lr", float(lr), step);
+  r.events->add_scalar("train/images_per_s", float(ips), step);
+  r.interval_run = Running{};
+  t.interval_t0 = Clock::now();
+  t.interval_images = 0;
+}
+
+// The end of the run's last step when stop_after or the stop flag ended it (after a checkpoint).
+void stopped(Run& r, int64_t epoch, int64_t batch) {
+  r.res.stopped = true;
+  r.show.line(fmt::format("stopped at step {} (epoch {}, batch {}/{}); checkpoint: {} (continue with --resume)",
+                          r.prog.step, epoch + 1, batch, r.nb, r.ckpt_path));
+  r.res.steps = r.prog.step;
+  if (r.scaler) r.res.skipped_steps = r.scaler->skipped_steps(), r.res.loss_scale = r.scaler->get_scale();
+  r.res.rng_state = default_generator().state();
+}
+
+// The end of an epoch: evaluate, log, checkpoint (at the next epoch's start).
+void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
+  const TrainConfig& cfg = r.cfg;
+  const double epoch_seconds = seconds_since(t.epoch_t0);
+  EvalResult ev = evaluate(*r.model, *r.data.test, r.norm, cfg.eval_batch, precision_dtype(cfg.precision));
+  r.last_eval_seconds = ev.seconds;
+  EpochStats es{.epoch = epoch + 1,
+                .train_loss = r.epoch_run.loss(),
+                .train_accuracy = r.epoch_run.accuracy(),
+                .test_loss = ev.loss,
+                .test_accuracy = ev.accuracy,
+                .seconds = epoch_seconds,
+                .images_per_s = double(t.epoch_images) / std::max(1e-9, epoch_seconds)};
+  r.res.epochs.push_back(es);
+  r.res.final_eval = ev;
+  const int64_t step = r.prog.step;
+  r.metrics->write("epoch", step,
+                   {{"epoch", double(epoch + 1)},
+                    {"loss", es.train_loss},
+                    {"accuracy", es.train_accuracy},
+                    {"images_per_s", es.images_per_s},
+                    {"seconds", es.seconds}});
+  r.metrics->write("test", step,
+                   {{"epoch", double(epoch + 1)},
+                    {"loss", ev.loss},
+                    {"accuracy", ev.accuracy},
+                    {"seconds", ev.seconds}});
+  r.events->add_scalar("epoch/train_loss", float(es.train_loss), step);
+  r.events->add_scalar("epoch/train_accuracy", float(es.train_accuracy), step);
+  r.events->add_scalar("epoch/images_per_s", float(es.images_per_s), step);
+  r.events->add_scalar("test/loss", float(ev.loss), step);
+  r.events->add_scalar("test/accuracy", float(ev.accuracy), step);
+  r.show.line(fmt::format("epoch {}/{}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  {:.1f} s  "
                           "{:.0f} img/s  (eval {:.1f} s)",
                           epoch + 1, cfg.epochs, es.train_loss, 100 * es.train_accuracy, ev.loss, 100 * ev.accuracy,
                           es.seconds, es.images_per_s, ev.seconds));
-    epoch += 1;
-    skip = 0;
-    epoch_run = Running{};
-    save(epoch, 0);
-  }
+  r.epoch_run = Running{};
+  save(r, epoch + 1, 0);
+}
 
-  res.steps = prog.step;
-  res.rng_state = default_generator().state();
-  if (scaler) {
-    res.skipped_steps = scaler->skipped_steps();
-    res.loss_scale = scaler->get_scale();
-    show.line(fmt::format("loss scaling: {} of {} steps skipped, final scale {}", res.skipped_steps, prog.step,
-                          res.loss_scale));
+// 8. One epoch from its batch `skip` on: steps with metrics, display and checkpoints, then the
+// epoch's end. False when the run stopped inside it (stop_after or the stop flag).
+bool run_epoch(Run& r, int64_t epoch, int64_t skip) {
+  const TrainConfig& cfg = r.cfg;
+  r.model->train();
+  r.loader->start_epoch(epoch, skip);
+  if (skip == 0) r.epoch_run = Running{};
+  EpochClock t;
+  data::Batch b;
+  while (true) {
+    auto step_t0 = Clock::now();
+    if (!r.loader->next(b)) break;
+    const StepDone s = optimizer_step(r, b, epoch);
+    r.train_seconds += seconds_since(step_t0);
+    t.epoch_images += s.n;
+    t.interval_images += s.n;
+    if (r.prog.step % cfg.log_every == 0) log_interval(r, epoch, s.lr, t);
+    const double rate = double(r.session_steps) / std::max(1e-9, r.train_seconds);  // steps/s
+    const double eta = double(r.total_steps - r.prog.step) / rate + double(cfg.epochs - epoch) * r.last_eval_seconds;
+    r.show.step(epoch + 1, cfg.epochs, s.last, r.nb, r.prog.step, r.epoch_run.loss(), r.epoch_run.accuracy(),
+                double(t.epoch_images) / std::max(1e-9, seconds_since(t.epoch_t0)), eta);
+
+    const bool stop = (cfg.stop_after > 0 && r.prog.step >= cfg.stop_after) || (cfg.stop_flag && cfg.stop_flag->load());
+    if (stop || (cfg.checkpoint_every > 0 && r.prog.step % cfg.checkpoint_every == 0)) save(r, epoch, s.last);
+    if (stop) {
+      stopped(r, epoch, s.last);
+      return false;
+    }
   }
-  if (res.final_eval.samples == 0) res.final_eval = evaluate(*model, *test_set, norm, cfg.eval_batch, precision_dtype(cfg.precision));
+  end_epoch(r, epoch, t);
+  return true;
+}
+
+// 9. The final report: the last evaluation (one now when no epoch ended in this session),
+// time, peak memory and where the files are.
+void final_report(Run& r) {
+  TrainResult& res = r.res;
+  res.steps = r.prog.step;
+  res.rng_state = default_generator().state();
+  if (r.scaler) {
+    res.skipped_steps = r.scaler->skipped_steps();
+    res.loss_scale = r.scaler->get_scale();
+    r.show.line(fmt::format("loss scaling: {} of {} steps skipped, final scale {}", res.skipped_steps, r.prog.step,
+                            res.loss_scale));
+  }
+  if (res.final_eval.samples == 0)
+    res.final_eval = evaluate(*r.model, *r.data.test, r.norm, r.cfg.eval_batch, precision_dtype(r.cfg.precision));
   auto st = tracker(Device::cpu).stats();
-  show.line(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak tracked "
-                        "memory {:.1f} MiB",
-                        100 * res.final_eval.accuracy, res.final_eval.loss, cfg.epochs, prog.step,
-                        seconds_since(run_t0), double(st.peak_total_bytes) / (1 << 20)));
-  if (res.checkpoint.empty() && fs::exists(ckpt_path)) res.checkpoint = ckpt_path;
-  show.line(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", ckpt_path, metrics.csv_path(),
-                        events->path()));
-  return res;
+  r.show.line(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak "
+                          "tracked memory {:.1f} MiB",
+                          100 * res.final_eval.accuracy, res.final_eval.loss, r.cfg.epochs, r.prog.step,
+                          seconds_since(r.run_t0), double(st.peak_total_bytes) / (1 << 20)));
+  if (res.checkpoint.empty() && fs::exists(r.ckpt_path)) res.checkpoint = r.ckpt_path;
+  r.show.line(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", r.ckpt_path, r.metrics->csv_path(),
+                          r.events->path()));
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& in) {
+  Run r(in);
+  read_resume(r);
+  validate(r.cfg);
+  r.threads_guard.emplace(r.cfg.threads);
+  r.conv_algo_scope.emplace(r.cfg.conv_algo);
+  r.augment = parse_augment(r.cfg.augment);
+  open_data(r);
+  if (r.cfg.max_memory > 0 && !r.cfg.resume) plan_to_fit(r);
+  build(r);
+  const FileMarks marks = restore(r);
+  r.res.first_step = r.prog.step;
+  open_outputs(r, marks);
+  print_header(r);
+  r.run_t0 = Clock::now();
+  for (int64_t epoch = r.prog.epoch, skip = r.prog.batch_in_epoch; epoch < r.cfg.epochs; ++epoch, skip = 0)
+    if (!run_epoch(r, epoch, skip)) return std::move(r.res);
+  final_report(r);
+  return std::move(r.res);
 }
 
 }  // namespace reckon::train

@@ -1,0 +1,109 @@
+// TrainConfig to and from the checkpoint's JSON, its checks, and the specs it builds (config.h).
+#include "reckon/train/config.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "reckon/core/error.h"
+#include "reckon/ops/autocast.h"
+#include "reckon/ops/conv.h"
+#include "reckon/optim/step.h"
+
+namespace reckon::train {
+
+using json = nlohmann::json;
+
+// tools/cmd_train.cpp binds a flag to a bool and a bytes option to an int64_t.
+#define RK_TRAIN_FIELD(type, name, def, keep, cli, help)                                                      \
+  static_assert(Cli::cli != Cli::flag || std::is_same_v<type, bool>, "config_fields.h: " #name " is a flag"); \
+  static_assert(Cli::cli != Cli::bytes || std::is_same_v<type, int64_t>, "config_fields.h: " #name " is bytes");
+#include "reckon/train/config_fields.h"
+#undef RK_TRAIN_FIELD
+
+std::string FieldInfo::flag() const {
+  std::string s = name;
+  std::replace(s.begin(), s.end(), '_', '-');
+  return cli == Cli::positional ? s : "--" + s;
+}
+
+json config_json(const TrainConfig& c, const data::Normalize& norm) {
+  json j = json::object();
+  for_each_field(c, [&](const FieldInfo& f, const auto& value, const auto&) {
+    if (f.saved()) j[f.name] = value;
+  });
+  j[kNormalizeMeanKey] = norm.mean;
+  j[kNormalizeStdKey] = norm.std;
+  return j;
+}
+
+// On --resume every setting that shapes the numbers (epochs too: the schedule depends on
+// them) comes from the checkpoint; the ones that only shape how the run is carried out
+// (threads, checkpoints, logging, stopping) from cfg.
+void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, const std::string& path) {
+  try {
+    for_each_field(c, [&](const FieldInfo& f, auto& value, const auto& def) {
+      using T = std::remove_cvref_t<decltype(value)>;
+      if (f.keep == Keep::numbers) value = j.at(f.name).template get<T>();
+      if (f.keep == Keep::numbers_or_default) value = j.value(f.name, def);
+    });
+    norm.mean = j.at(kNormalizeMeanKey).get<std::vector<float>>();
+    norm.std = j.at(kNormalizeStdKey).get<std::vector<float>>();
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: metadata 'config' lacks a training setting ({})", path, e.what()));
+  }
+}
+
+void validate(const TrainConfig& c) {
+  RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
+  RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
+  RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
+  RK_CHECK(std::ranges::count(optim::kOptimizerNames, c.optimizer), "--optimizer '{}' is not one of {}", c.optimizer,
+           optim::join_names(optim::kOptimizerNames));
+  RK_CHECK(std::ranges::count(optim::kScheduleNames, c.schedule), "--schedule '{}' is not one of {}", c.schedule,
+           optim::join_names(optim::kScheduleNames));
+  RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
+  RK_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})", c.weight_decay);
+  RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
+  RK_CHECK(c.step_epochs >= 0, "--step-epochs must be >= 0 (got {})", c.step_epochs);
+  RK_CHECK(c.gamma > 0, "--gamma must be positive (got {})", c.gamma);
+  RK_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1) (got {})",
+           c.label_smoothing);
+  RK_CHECK(c.threads >= 0, "--threads must be >= 0 (got {})", c.threads);
+  RK_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (got {})", c.checkpoint_every);
+  RK_CHECK(c.log_every >= 1, "--log-every must be at least 1 (got {})", c.log_every);
+  RK_CHECK(c.print_every >= 1, "--print-every must be at least 1 (got {})", c.print_every);
+  RK_CHECK(c.eval_batch >= 1, "--eval-batch must be at least 1 (got {})", c.eval_batch);
+  RK_CHECK(c.stop_after >= 0, "--stop-after must be >= 0 (got {})", c.stop_after);
+  RK_CHECK(!c.out.empty(), "--out must name a directory");
+  precision_dtype(c.precision);  // throws naming --precision
+  RK_CHECK(c.accum >= 1, "--accum must be at least 1 (got {})", c.accum);
+  grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
+  RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
+  if (!c.conv_algo.empty()) parse_conv_algorithm(c.conv_algo, "--conv-algo");
+}
+
+optim::OptimizerSpec optimizer_spec(const TrainConfig& c) {
+  return {.name = c.optimizer, .lr = c.lr, .weight_decay = c.weight_decay, .momentum = c.momentum,
+          .nesterov = c.nesterov};
+}
+
+optim::ScheduleSpec schedule_spec(const TrainConfig& c, int64_t steps_per_epoch) {
+  double every_epochs = c.step_epochs > 0 ? c.step_epochs : std::max(1.0, double(c.epochs) / 3.0);
+  return {.name = c.schedule,
+          .lr = c.lr,
+          .total_steps = c.epochs * steps_per_epoch,
+          .warmup_steps = c.warmup,
+          .step_size = std::max<int64_t>(1, int64_t(std::llround(every_epochs * double(steps_per_epoch)))),
+          .gamma = c.gamma};
+}
+
+ThreadsGuard::ThreadsGuard(int n) : prev_(omp_get_max_threads()) {
+  if (n > 0) omp_set_num_threads(n);
+}
+ThreadsGuard::~ThreadsGuard() { omp_set_num_threads(prev_); }
+
+}  // namespace reckon::train

@@ -1,0 +1,129 @@
+// Evaluation (eval.h).
+#include "reckon/train/eval.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "reckon/io/checkpoint.h"
+#include "reckon/nn/models/registry.h"
+#include "reckon/ops/autocast.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/node.h"
+#include "reckon/train/config.h"
+#include "reckon/train/data_spec.h"
+#include "reckon/train/progress.h"
+
+namespace reckon::train {
+
+using json = nlohmann::json;
+
+int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t>* pred_out) {
+  Tensor l = contiguous(cast(logits, DType::f32));
+  const float* p = l.data<float>();
+  const int64_t* t = y.data<int64_t>();
+  int64_t B = l.size(0), K = l.size(1), right = 0;
+  if (pred_out) pred_out->resize(size_t(B));
+  for (int64_t i = 0; i < B; ++i) {
+    const float* row = p + i * K;
+    int64_t best = 0;
+    for (int64_t k = 1; k < K; ++k)
+      if (row[k] > row[best]) best = k;
+    right += best == t[i];
+    if (pred_out) (*pred_out)[size_t(i)] = best;
+  }
+  return right;
+}
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
+                    DType precision) {
+  auto t0 = Clock::now();
+  EvalResult r;
+  r.num_classes = ds.num_classes();
+  r.class_names = ds.class_names();
+  const int64_t K = r.num_classes;
+  r.confusion.assign(size_t(K * K), 0);
+  bool was_training = model.is_training();
+  model.eval();
+  data::LoaderOptions lo;
+  lo.batch = batch;
+  lo.shuffle = false;
+  lo.normalize = normalize;
+  data::Loader loader(ds, lo);
+  loader.start_epoch(0);
+  double loss_sum = 0;
+  int64_t right = 0;
+  std::vector<int64_t> pred;
+  data::Batch b;
+  {
+    NoGrad ng;
+    Autocast ac(precision);
+    while (loader.next(b)) {
+      check_labels(b, K, ds.name(), 0);
+      Tensor logits = model(b.x);
+      loss_sum += cross_entropy(logits, b.y, {.reduction = Reduction::sum}).item();
+      right += count_correct(logits, b.y, &pred);
+      const int64_t* y = b.y.data<int64_t>();
+      for (size_t i = 0; i < pred.size(); ++i) r.confusion[size_t(y[i] * K + pred[i])] += 1;
+      r.samples += b.y.numel();
+    }
+  }
+  model.train(was_training);
+  r.loss = r.samples ? loss_sum / double(r.samples) : 0.0;
+  r.accuracy = r.samples ? double(right) / double(r.samples) : 0.0;
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+std::string format_confusion(const EvalResult& r) {
+  const int64_t K = r.num_classes;
+  size_t name_w = 5;
+  for (const auto& n : r.class_names) name_w = std::max(name_w, std::min<size_t>(n.size(), 20));
+  int64_t most = 1;
+  for (int64_t c : r.confusion) most = std::max(most, c);
+  int cell = std::max(5, int(std::to_string(most).size()) + 1);
+  std::string s = fmt::format("confusion matrix (rows: true class, columns: predicted class index)\n{:>{}}", "", name_w + 6);
+  for (int64_t k = 0; k < K; ++k) s += fmt::format("{:>{}}", k, cell);
+  s += fmt::format("{:>9}\n", "recall");
+  for (int64_t t = 0; t < K; ++t) {
+    std::string name = t < int64_t(r.class_names.size()) ? r.class_names[size_t(t)] : std::to_string(t);
+    if (name.size() > 20) name.resize(20);
+    int64_t row = 0;
+    for (int64_t p = 0; p < K; ++p) row += r.confusion[size_t(t * K + p)];
+    s += fmt::format("{:>3}  {:<{}} ", t, name, name_w);
+    for (int64_t p = 0; p < K; ++p) s += fmt::format("{:>{}}", r.confusion[size_t(t * K + p)], cell);
+    double recall = row ? double(r.confusion[size_t(t * K + t)]) / double(row) : 0.0;
+    s += fmt::format("{:>8.2f}%\n", 100 * recall);
+  }
+  return s;
+}
+
+EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
+                               const std::string& normalize, int64_t batch, int threads) {
+  RK_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
+  RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
+  ThreadsGuard threads_guard(threads);
+  io::Checkpoint ck = io::read_checkpoint(checkpoint);
+  auto test_set = data::open_dataset(spec, false, 0);
+  Shape chw = test_set->sample_shape();
+  const int64_t K = test_set->num_classes();
+  forward_macs(model_name, chw[0], K, chw);  // fits?
+  auto model = nn::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
+  io::load_model_state(ck, *model, model_name);
+
+  data::Normalize norm;
+  if (normalize == "auto" && ck.has_training_state) {
+    json c = json::parse(ck.info.config_json);
+    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
+      norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+      norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+      RK_CHECK(int64_t(norm.mean.size()) == chw[0] || norm.mean.empty(),
+               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, norm.mean.size(), spec, chw[0]);
+    }
+  } else if (normalize != "none") {
+    auto train_set = data::open_dataset(spec, true, 0);
+    norm = parse_normalize(normalize, *train_set);
+  }
+  return evaluate(*model, *test_set, norm, batch);
+}
+
+}  // namespace reckon::train

@@ -1,0 +1,46 @@
+// Evaluation: loss, top-1 and the confusion matrix of a model over a dataset (after each epoch
+// of a run, and `reckon eval` on a checkpoint), and the matrix as text. Not here: top-k,
+// per-class metrics beyond recall, evaluating on several processes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reckon/core/tensor.h"
+#include "reckon/data/dataset.h"
+#include "reckon/data/loader.h"
+#include "reckon/nn/module.h"
+
+namespace reckon::train {
+
+struct EvalResult {
+  double loss = 0.0;      // mean cross entropy (no label smoothing)
+  double accuracy = 0.0;  // top-1, in [0, 1]
+  int64_t samples = 0;
+  int64_t num_classes = 0;
+  std::vector<int64_t> confusion;  // (K, K) row-major: [true class][predicted class]
+  std::vector<std::string> class_names;
+  double seconds = 0.0;
+};
+
+// Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds, under
+// autocast to `precision` (f32: none) as a mixed-precision run trains: the forward then never
+// takes more memory than a training micro-batch of the same size (an fp32 forward could: its
+// convolutions may pick Winograd, whose workspace the bf16 ones do not need).
+EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
+                    DType precision = DType::f32);
+
+// `reckon eval`: builds model_name for data's test split, loads the checkpoint (a reckon
+// checkpoint or a plain state dict) and evaluates. normalize as TrainConfig::normalize,
+// where "auto" means the checkpoint's own figures when it has them.
+EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& data,
+                               const std::string& normalize = "auto", int64_t batch = 500, int threads = 0);
+
+// The confusion matrix as text, with class names.
+std::string format_confusion(const EvalResult& r);
+
+// Row-wise argmax of logits (B, K) compared with y (B): the number right; the predictions
+// into *pred_out when given.
+int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t>* pred_out = nullptr);
+
+}  // namespace reckon::train
