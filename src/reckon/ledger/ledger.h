@@ -5,7 +5,7 @@
 // accounts (memory by tag at the moment of peak). It never re-derives a formula of its own.
 // With `measure`, the same step runs for real on the cpu and the tracker's accounts, the process's
 // resident memory and the time per layer are set beside the prediction.
-// The step is train::Step (train/step.h), the trainer's own: autocast, accumulation over
+// The step is train::Step (optim/step.h), the trainer's own: autocast, accumulation over
 // `accum` micro-batches, loss scaling, recomputation; each op is timed at the peak of the dtype
 // it runs in (bf16 ops at the device's bf16 peak).
 // Not here: data loading, multi-device steps.
