@@ -322,7 +322,7 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
       row.fwd_macs += r.cost.macs;
       row.fwd_flops += flops;
       row.saved_bytes += r.saved_bytes;
-      if (r.has_output) row.out_shape = r.out_shape;
+      if (r.has_output && r.phase == Phase::forward) row.out_shape = r.out_shape;
       if (std::find(row.ops.begin(), row.ops.end(), r.name) == row.ops.end()) row.ops.emplace_back(r.name);
       if (cls == OpClass::conv) L.totals.conv_macs += r.cost.macs;
       if (cls == OpClass::linear) L.totals.linear_macs += r.cost.macs;
