@@ -33,7 +33,6 @@ MicroResult Step::micro(const Tensor& x, const Tensor& y) {
   seen_ += n;
   MicroResult r;
   Tensor loss;
-  phase(StepPhase::forward);
   {
     Autocast ac(cfg_.precision);
     Tensor logits = model_(x);
@@ -45,14 +44,12 @@ MicroResult Step::micro(const Tensor& x, const Tensor& y) {
     if (scaler_) loss = scaler_->scale(loss);
     r.logits = logits.detach();
   }
-  phase(StepPhase::backward);
   loss.backward();
   return r;
 }
 
 bool Step::finish() {
   RK_CHECK(seen_ == window_, "[train] the window holds {} samples but {} were run", window_, seen_);
-  phase(StepPhase::optimizer);
   bool stepped = true;
   {
     ScopeGuard scope("(optimizer)");
@@ -63,7 +60,6 @@ bool Step::finish() {
       opt_.step();
     }
   }
-  phase(StepPhase::done);
   window_ = seen_ = 0;
   return stepped;
 }

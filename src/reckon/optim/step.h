@@ -35,9 +35,6 @@ struct StepConfig {
   double label_smoothing = 0.0;
 };
 
-// Which part of a step runs (the ledger names its rows by it).
-enum class StepPhase { forward, backward, optimizer, done };
-
 struct MicroResult {
   Tensor logits;   // detached (for accuracy)
   double loss = 0; // the micro-batch's mean cross entropy, unscaled and unnormalised
@@ -54,16 +51,11 @@ class Step {
   // The update: through the scaler when there is one. False when the scaler skipped it
   // (an inf or NaN gradient).
   bool finish();
-  // Called at each phase change (may be empty).
-  std::function<void(StepPhase)> on_phase;
   // Called with each micro-batch's mean cross entropy as soon as it is computed (may be empty):
   // a graph capture marks it as an output there, without keeping it alive any longer.
   std::function<void(const Tensor&)> on_loss;
 
  private:
-  void phase(StepPhase p) {
-    if (on_phase) on_phase(p);
-  }
   nn::Module& model_;
   optim::Optimizer& opt_;
   optim::GradScaler* scaler_;
