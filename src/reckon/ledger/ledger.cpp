@@ -111,8 +111,9 @@ struct LedgerOp {
   int op = -1;
   std::string_view name;
   std::string row;        // the row it belongs to
-  bool backward = false, recompute = false;
   Phase phase = Phase::forward;
+  bool recompute() const { return phase == Phase::recompute; }
+  bool backward() const { return phase == Phase::backward || phase == Phase::recompute; }
   Cost cost;
   KernelAlgo algo = KernelAlgo::none;
   std::string_view kernel;
@@ -128,22 +129,27 @@ std::string row_of(const std::string& scope, Phase phase, bool in_backward_node)
   return row_key(scope);
 }
 
-LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
+// What a node and a record share (the dtypes and the output shape each gives its own way).
+template <class R>
+LedgerOp ledger_op_common(const R& r, int op, std::string_view name, bool in_backward_node) {
   LedgerOp o;
-  o.op = n.op;
-  o.name = n.op_name();
-  o.row = row_of(n.scope, n.phase, n.in_backward_node);
-  o.phase = n.phase;
-  o.recompute = n.phase == Phase::recompute;
-  o.backward = n.phase == Phase::backward || n.phase == Phase::recompute;
-  o.cost = n.cost;
-  o.algo = n.algo;
-  o.kernel = n.kernel;
+  o.op = op;
+  o.name = name;
+  o.row = row_of(r.scope, r.phase, in_backward_node);
+  o.phase = r.phase;
+  o.cost = r.cost;
+  o.algo = r.algo;
+  o.kernel = r.kernel;
+  o.workspace_bytes = r.workspace_bytes;
+  o.saved_bytes = r.saved_bytes;
+  return o;
+}
+
+LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
+  LedgerOp o = ledger_op_common(n, n.op, n.op_name(), n.in_backward_node);
   for (int id : n.inputs) o.in_dtypes.push_back(id >= 0 ? g.value(id).spec.dtype : DType::f32);
   o.has_output = !n.outputs.empty();
   if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
-  o.workspace_bytes = n.workspace_bytes;
-  o.saved_bytes = n.saved_bytes;
   return o;
 }
 std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
@@ -154,21 +160,10 @@ std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
 }
 
 LedgerOp ledger_op(const OpRecord& r) {
-  LedgerOp o;
-  o.op = r.op_id;
-  o.name = r.op;
-  o.row = row_of(r.scope, r.phase, r.backward);
-  o.phase = r.phase;
-  o.recompute = r.phase == Phase::recompute;
-  o.backward = r.phase == Phase::backward || r.phase == Phase::recompute;
-  o.cost = r.cost;
-  o.algo = r.algo;
-  o.kernel = r.kernel;
+  LedgerOp o = ledger_op_common(r, r.op_id, r.op, r.backward);
   o.in_dtypes = r.in_dtypes;
   o.has_output = !r.out_shapes.empty();
   if (o.has_output) o.out_shape = r.out_shapes[0];
-  o.workspace_bytes = r.workspace_bytes;
-  o.saved_bytes = r.saved_bytes;
   return o;
 }
 
@@ -310,10 +305,10 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
     row.bytes_moved += bytes;
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
     const OpClass cls = op_info(r.op).op_class;
-    if (r.recompute) L.totals.recompute_macs += r.cost.macs;
+    if (r.recompute()) L.totals.recompute_macs += r.cost.macs;
     if (r.algo == KernelAlgo::winograd) L.totals.winograd_ops++;
     if (cls == OpClass::update) L.totals.optimizer_bytes += bytes;
-    if (r.backward) {
+    if (r.backward()) {
       row.bwd_macs += r.cost.macs;
       row.bwd_flops += flops;
       auto& names = bwd_ops[it->second];
