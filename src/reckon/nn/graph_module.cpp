@@ -1,5 +1,7 @@
 #include "reckon/nn/graph_module.h"
 
+#include <algorithm>
+
 #include "reckon/graph/interpreter.h"
 #include "reckon/ops/node.h"
 
@@ -43,13 +45,42 @@ graph::Graph capture_forward(Module& m, const Tensor& x, bool grad) {
   return c.finish();
 }
 
+TensorTree::TensorTree(std::string type_name, Device device)
+    : Module(std::move(type_name), device), root_(std::make_shared<Holder>(device)) {}
+
+std::string TensorTree::path_name(const std::string& name) {
+  bool empty_part = name.empty() || name.front() == '.' || name.back() == '.' || name.find("..") != std::string::npos;
+  if (!empty_part) return name;
+  std::string n = name;
+  std::replace(n.begin(), n.end(), '.', '_');
+  return n.empty() ? "_" : n;
+}
+
+Tensor TensorTree::add_at_path(const std::string& raw, const TensorSpec& spec, bool parameter) {
+  const std::string name = path_name(raw);
+  Holder* at = static_cast<Holder*>(root_.get());
+  std::shared_ptr<Holder> keep;
+  size_t start = 0;
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
+    keep = at->child_holder(name.substr(start, dot - start), device());
+    at = keep.get();
+    start = dot + 1;
+  }
+  const std::string leaf = name.substr(start);
+  return parameter ? at->parameter(leaf, spec) : at->buffer(leaf, spec);
+}
+
+void TensorTree::adopt_tensors() {
+  for (const auto& [name, child] : root_->named_children()) register_module(name, child);
+  for (const auto& [name, t] : root_->local_parameters()) register_parameter(name, t);
+  for (const auto& [name, t] : root_->local_buffers()) register_buffer(name, t);
+  root_ = std::make_shared<Holder>(device());
+}
+
 GraphModule::GraphModule(std::shared_ptr<const graph::Graph> g, Device device)
-    : Module("GraphModule", device), graph_(std::move(g)) {
+    : TensorTree("GraphModule", device), graph_(std::move(g)) {
   RK_CHECK(graph_ != nullptr, "[GraphModule] no graph");
   RK_CHECK(!graph_->outputs.empty(), "[GraphModule] the graph has no output");
-  // Each leaf tensor is made in a holder module at its path, and attached to this module as the
-  // path's first component goes.
-  std::shared_ptr<Holder> root = std::make_shared<Holder>(device);
   for (int id : graph_->leaves()) {
     const graph::Value& v = graph_->value(id);
     if (v.kind == graph::ValueKind::input) {
@@ -61,21 +92,10 @@ GraphModule::GraphModule(std::shared_ptr<const graph::Graph> g, Device device)
              "[GraphModule] the graph's leaf %{} is {} (only the input, parameters and buffers can be)",
              v.name.empty() ? std::to_string(id) : v.name, graph::value_kind_name(v.kind));
     RK_CHECK(!v.name.empty(), "[GraphModule] the graph's {} %{} has no name", graph::value_kind_name(v.kind), id);
-    Holder* at = root.get();
-    std::shared_ptr<Holder> keep;
-    size_t start = 0;
-    for (size_t dot = v.name.find('.'); dot != std::string::npos; dot = v.name.find('.', start)) {
-      keep = at->child_holder(v.name.substr(start, dot - start), device);
-      at = keep.get();
-      start = dot + 1;
-    }
-    const std::string leaf = v.name.substr(start);
-    leaves_.emplace_back(id, v.kind == graph::ValueKind::parameter ? at->parameter(leaf, v.spec) : at->buffer(leaf, v.spec));
+    leaves_.emplace_back(id, add_at_path(v.name, v.spec, v.kind == graph::ValueKind::parameter));
   }
   RK_CHECK(input_ >= 0, "[GraphModule] the graph has no input leaf");
-  for (const auto& [name, child] : root->named_children()) register_module(name, child);
-  for (const auto& [name, t] : root->local_parameters()) register_parameter(name, t);
-  for (const auto& [name, t] : root->local_buffers()) register_buffer(name, t);
+  adopt_tensors();
 }
 
 Tensor GraphModule::forward(const Tensor& x) {

@@ -21,7 +21,24 @@ void declare_module(graph::Capture& c, const Module& m);
 // "x", m's tensors its parameter and buffer leaves, the result its output.
 graph::Graph capture_forward(Module& m, const Tensor& x, bool grad = false);
 
-class GraphModule : public Module {
+// A module whose tensors are given by dotted names (a graph's leaves, an ONNX file's
+// initializers): each is made in a holder submodule at its path, so state_dict() names them as
+// given. A name with an empty component ("a..b", ".x") has its dots replaced by '_'.
+class TensorTree : public Module {
+ protected:
+  TensorTree(std::string type_name, Device device);
+  // A new parameter (or buffer) at `name`'s path; call adopt_tensors() after the last.
+  Tensor add_at_path(const std::string& name, const TensorSpec& spec, bool parameter);
+  // Attaches the holders made so far to this module (their tensors take their final names).
+  void adopt_tensors();
+  // The name add_at_path files `name` under.
+  static std::string path_name(const std::string& name);
+
+ private:
+  std::shared_ptr<Module> root_;
+};
+
+class GraphModule : public TensorTree {
  public:
   // The graph's parameter and buffer leaves become this module's tensors on `device` (zeros until
   // loaded). requires: g has exactly one input leaf and at least one output.

@@ -126,3 +126,17 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dArg
 }
 
 }  // namespace reckon
+
+namespace reckon {
+std::vector<std::string> Conv2d::onnx(OnnxArgs& o, const Attrs& a) {
+  const Shape& w = o.in_specs[1].shape;
+  std::vector<std::string> in{o.in[0], o.in[1]};
+  if (o.in.size() > 2 && !o.in[2].empty()) in.push_back(o.in[2]);
+  return {o.one("Conv", in,
+                {{"kernel_shape", std::vector<int64_t>{w[2], w[3]}},
+                 {"strides", std::vector<int64_t>{a.stride[0], a.stride[1]}},
+                 {"pads", std::vector<int64_t>{a.padding[0], a.padding[1], a.padding[0], a.padding[1]}},
+                 {"dilations", std::vector<int64_t>{a.dilation[0], a.dilation[1]}},
+                 {"group", a.groups}})};
+}
+}  // namespace reckon

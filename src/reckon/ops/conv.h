@@ -61,8 +61,8 @@ struct Conv2d {
   static constexpr std::string_view kName = "conv2d";
   static constexpr OpClass kClass = OpClass::conv;
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
-  static constexpr std::string_view kOnnx = "Conv";
   RK_OP_DECLS(ConvAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;

@@ -118,9 +118,58 @@ Tensor square(const Tensor& x) { return call1<Square>({x}); }
 Tensor relu(const Tensor& x) { return call1<Relu>({x}); }
 Tensor relu6(const Tensor& x) { return call1<Relu6>({x}); }
 Tensor leaky_relu(const Tensor& x, double slope) { return call1<LeakyRelu>({x}, {slope}); }
+Tensor clamp(const Tensor& x, double lo, double hi) { return call1<Clamp>({x}, {lo, hi}); }
+Tensor hardsigmoid(const Tensor& x, double alpha, double beta) { return clamp(affine(x, alpha, beta), 0.0, 1.0); }
+Tensor hardswish(const Tensor& x) { return mul(x, hardsigmoid(x, 1.0 / 6.0, 0.5)); }
 Tensor gelu(const Tensor& x) { return call1<Gelu>({x}); }
 Tensor silu(const Tensor& x) { return call1<Silu>({x}); }
 Tensor sigmoid(const Tensor& x) { return call1<Sigmoid>({x}); }
 Tensor tanh(const Tensor& x) { return call1<Tanh>({x}); }
+
+}  // namespace reckon
+
+// ---- ONNX ----
+namespace reckon {
+
+template <class F>
+std::vector<std::string> Binary<F>::onnx(OnnxArgs& o, const Attrs&) {
+  return {o.one(F::kOnnxType, {o.in[0], o.in[1]})};
+}
+
+std::vector<std::string> Affine::onnx(OnnxArgs& o, const Attrs& a) {
+  std::string y = o.in[0];
+  if (a.alpha != 1.0) y = o.one("Mul", {y, o.sink.const_f32(float(a.alpha))});
+  if (a.beta != 0.0) y = o.one("Add", {y, o.sink.const_f32(float(a.beta))});
+  if (y == o.in[0]) y = o.one("Identity", {y});
+  return {y};
+}
+
+template <class F>
+std::vector<std::string> Unary<F>::onnx(OnnxArgs& o, const Attrs& a) {
+  const std::string& x = o.in[0];
+  if constexpr (std::is_same_v<F, Relu6F>) {
+    return {o.one("Clip", {x, o.sink.const_f32(0.f), o.sink.const_f32(6.f)})};
+  } else if constexpr (std::is_same_v<F, ClampF>) {
+    return {o.one("Clip", {x, o.sink.const_f32(float(a.alpha)), o.sink.const_f32(float(a.beta))})};
+  } else if constexpr (std::is_same_v<F, LeakyReluF>) {
+    return {o.one("LeakyRelu", {x}, {{"alpha", a.alpha}})};
+  } else if constexpr (std::is_same_v<F, SiluF>) {
+    return {o.one("Mul", {x, o.one("Sigmoid", {x})})};
+  } else if constexpr (std::is_same_v<F, SquareF>) {
+    return {o.one("Mul", {x, x})};
+  } else if constexpr (std::is_same_v<F, GeluF>) {
+    // Gelu is an operator from opset 20 on; before, its exact form: 0.5 x (1 + erf(x / sqrt 2)).
+    std::string e = o.one("Erf", {o.one("Mul", {x, o.sink.const_f32(float(M_SQRT1_2))})});
+    std::string h = o.one("Mul", {x, o.one("Add", {e, o.sink.const_f32(1.f)})});
+    return {o.one("Mul", {h, o.sink.const_f32(0.5f)})};
+  } else {
+    return {o.one(F::kOnnxType, {x})};
+  }
+}
+
+#define RK_INST_ONNX_BINARY(F) template std::vector<std::string> Binary<F>::onnx(OnnxArgs&, const Attrs&);
+RK_BINARY_FUNCTORS(RK_INST_ONNX_BINARY)
+#define RK_INST_ONNX_UNARY(F) template std::vector<std::string> Unary<F>::onnx(OnnxArgs&, const Attrs&);
+RK_UNARY_FUNCTORS(RK_INST_ONNX_UNARY)
 
 }  // namespace reckon

@@ -12,29 +12,29 @@ namespace reckon {
 template <class F>
 struct Binary {
   static constexpr std::string_view kName = F::kName;
-  static constexpr std::string_view kOnnx = F::kOnnx;
   RK_OP_DECLS(NoAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
 };
 struct AddF {
-  static constexpr std::string_view kName = "add", kOnnx = "Add";
+  static constexpr std::string_view kName = "add", kOnnxType = "Add";
   static constexpr uint32_t kSaved = 0;
   template <class T> static T f(T a, T b) { return a + b; }
 };
 struct SubF {
-  static constexpr std::string_view kName = "sub", kOnnx = "Sub";
+  static constexpr std::string_view kName = "sub", kOnnxType = "Sub";
   static constexpr uint32_t kSaved = 0;
   template <class T> static T f(T a, T b) { return a - b; }
 };
 struct MulF {
-  static constexpr std::string_view kName = "mul", kOnnx = "Mul";
+  static constexpr std::string_view kName = "mul", kOnnxType = "Mul";
   static constexpr uint32_t kSaved = 3;
   template <class T> static T f(T a, T b) { return a * b; }
 };
 struct DivF {
-  static constexpr std::string_view kName = "div", kOnnx = "Div";
+  static constexpr std::string_view kName = "div", kOnnxType = "Div";
   static constexpr uint32_t kSaved = 3;
   template <class T> static T f(T a, T b) { return a / b; }
 };
@@ -45,29 +45,31 @@ using Div = Binary<DivF>;
 
 struct Affine {
   static constexpr std::string_view kName = "affine";
-  static constexpr std::string_view kOnnx = "Mul+Add";
   struct A {
     double alpha = 1.0, beta = 0.0;
     RK_FIELDS(alpha, beta)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
 };
 
 // ---- unary ----
-// alpha: the op's one parameter (leaky_relu's slope), unused elsewhere.
+// alpha, beta: the op's parameters (leaky_relu's slope alpha; clamp's bounds [alpha, beta]),
+// unused elsewhere. A functor with kOnnxType maps to that one ONNX operator (with alpha as its
+// "alpha" attribute where it has one); the others are lowered by Unary<F>::onnx itself.
 struct UnaryAttrs {
-  double alpha = 0.0;
-  RK_FIELDS(alpha)
+  double alpha = 0.0, beta = 0.0;
+  RK_FIELDS(alpha, beta)
 };
 
 template <class F>
 struct Unary {
   static constexpr std::string_view kName = F::kName;
-  static constexpr std::string_view kOnnx = F::kOnnx;
   RK_OP_DECLS(UnaryAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -84,87 +86,95 @@ struct UnaryBackward {
 };
 
 struct ReluF {
-  static constexpr std::string_view kName = "relu", kGradName = "relu_backward", kOnnx = "Relu";
+  static constexpr std::string_view kName = "relu", kGradName = "relu_backward", kOnnxType = "Relu";
   static constexpr bool kSavesOutput = true;
   static constexpr int64_t kFlops = 1;
-  template <class T> static T f(T x, T) { return x > T(0) ? x : T(0); }
-  template <class T> static T df(T y, T) { return y > T(0) ? T(1) : T(0); }
+  template <class T> static T f(T x, T, T) { return x > T(0) ? x : T(0); }
+  template <class T> static T df(T y, T, T) { return y > T(0) ? T(1) : T(0); }
 };
 struct Relu6F {
-  static constexpr std::string_view kName = "relu6", kGradName = "relu6_backward", kOnnx = "Clip";
+  static constexpr std::string_view kName = "relu6", kGradName = "relu6_backward";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 2;
-  template <class T> static T f(T x, T) { return x < T(0) ? T(0) : (x > T(6) ? T(6) : x); }
-  template <class T> static T df(T x, T) { return (x > T(0) && x < T(6)) ? T(1) : T(0); }
+  template <class T> static T f(T x, T, T) { return x < T(0) ? T(0) : (x > T(6) ? T(6) : x); }
+  template <class T> static T df(T x, T, T) { return (x > T(0) && x < T(6)) ? T(1) : T(0); }
 };
 struct LeakyReluF {
   static constexpr std::string_view kName = "leaky_relu", kGradName = "leaky_relu_backward",
-                                    kOnnx = "LeakyRelu";
+                                    kOnnxType = "LeakyRelu";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 2;
-  template <class T> static T f(T x, T a) { return x > T(0) ? x : a * x; }
-  template <class T> static T df(T x, T a) { return x > T(0) ? T(1) : a; }
+  template <class T> static T f(T x, T a, T) { return x > T(0) ? x : a * x; }
+  template <class T> static T df(T x, T a, T) { return x > T(0) ? T(1) : a; }
+};
+struct ClampF {  // [alpha, beta]; the gradient passes where alpha <= x <= beta (as torch.clamp)
+  static constexpr std::string_view kName = "clamp", kGradName = "clamp_backward";
+  static constexpr bool kSavesOutput = false;
+  static constexpr int64_t kFlops = 2;
+  template <class T> static T f(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+  template <class T> static T df(T x, T lo, T hi) { return (x >= lo && x <= hi) ? T(1) : T(0); }
 };
 struct GeluF {  // exact: x * Phi(x)
-  static constexpr std::string_view kName = "gelu", kGradName = "gelu_backward", kOnnx = "Gelu";
+  static constexpr std::string_view kName = "gelu", kGradName = "gelu_backward";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 8;
-  template <class T> static T f(T x, T) { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
-  template <class T> static T df(T x, T) {
+  template <class T> static T f(T x, T, T) { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
+  template <class T> static T df(T x, T, T) {
     T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
     T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
     return cdf + x * pdf;
   }
 };
 struct SiluF {
-  static constexpr std::string_view kName = "silu", kGradName = "silu_backward", kOnnx = "Sigmoid+Mul";
+  static constexpr std::string_view kName = "silu", kGradName = "silu_backward";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 5;
-  template <class T> static T f(T x, T) { return x / (T(1) + std::exp(-x)); }
-  template <class T> static T df(T x, T) {
+  template <class T> static T f(T x, T, T) { return x / (T(1) + std::exp(-x)); }
+  template <class T> static T df(T x, T, T) {
     T s = T(1) / (T(1) + std::exp(-x));
     return s * (T(1) + x * (T(1) - s));
   }
 };
 struct SigmoidF {
-  static constexpr std::string_view kName = "sigmoid", kGradName = "sigmoid_backward", kOnnx = "Sigmoid";
+  static constexpr std::string_view kName = "sigmoid", kGradName = "sigmoid_backward", kOnnxType = "Sigmoid";
   static constexpr bool kSavesOutput = true;
   static constexpr int64_t kFlops = 4;
-  template <class T> static T f(T x, T) { return T(1) / (T(1) + std::exp(-x)); }
-  template <class T> static T df(T y, T) { return y * (T(1) - y); }
+  template <class T> static T f(T x, T, T) { return T(1) / (T(1) + std::exp(-x)); }
+  template <class T> static T df(T y, T, T) { return y * (T(1) - y); }
 };
 struct TanhF {
-  static constexpr std::string_view kName = "tanh", kGradName = "tanh_backward", kOnnx = "Tanh";
+  static constexpr std::string_view kName = "tanh", kGradName = "tanh_backward", kOnnxType = "Tanh";
   static constexpr bool kSavesOutput = true;
   static constexpr int64_t kFlops = 4;
-  template <class T> static T f(T x, T) { return std::tanh(x); }
-  template <class T> static T df(T y, T) { return T(1) - y * y; }
+  template <class T> static T f(T x, T, T) { return std::tanh(x); }
+  template <class T> static T df(T y, T, T) { return T(1) - y * y; }
 };
 struct ExpF {
-  static constexpr std::string_view kName = "exp", kGradName = "exp_backward", kOnnx = "Exp";
+  static constexpr std::string_view kName = "exp", kGradName = "exp_backward", kOnnxType = "Exp";
   static constexpr bool kSavesOutput = true;
   static constexpr int64_t kFlops = 4;
-  template <class T> static T f(T x, T) { return std::exp(x); }
-  template <class T> static T df(T y, T) { return y; }
+  template <class T> static T f(T x, T, T) { return std::exp(x); }
+  template <class T> static T df(T y, T, T) { return y; }
 };
 struct LogF {
-  static constexpr std::string_view kName = "log", kGradName = "log_backward", kOnnx = "Log";
+  static constexpr std::string_view kName = "log", kGradName = "log_backward", kOnnxType = "Log";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 4;
-  template <class T> static T f(T x, T) { return std::log(x); }
-  template <class T> static T df(T x, T) { return T(1) / x; }
+  template <class T> static T f(T x, T, T) { return std::log(x); }
+  template <class T> static T df(T x, T, T) { return T(1) / x; }
 };
 struct SquareF {
-  static constexpr std::string_view kName = "square", kGradName = "square_backward", kOnnx = "Mul";
+  static constexpr std::string_view kName = "square", kGradName = "square_backward";
   static constexpr bool kSavesOutput = false;
   static constexpr int64_t kFlops = 1;
-  template <class T> static T f(T x, T) { return x * x; }
-  template <class T> static T df(T x, T) { return T(2) * x; }
+  template <class T> static T f(T x, T, T) { return x * x; }
+  template <class T> static T df(T x, T, T) { return T(2) * x; }
 };
 
 using Relu = Unary<ReluF>;
 using Relu6 = Unary<Relu6F>;
 using LeakyRelu = Unary<LeakyReluF>;
+using Clamp = Unary<ClampF>;
 using Gelu = Unary<GeluF>;
 using Silu = Unary<SiluF>;
 using Sigmoid = Unary<SigmoidF>;
@@ -174,7 +184,7 @@ using Log = Unary<LogF>;
 using Square = Unary<SquareF>;
 
 // The functors, for code that instantiates per activation (kernels, op list).
-#define RK_UNARY_FUNCTORS(X) X(ReluF) X(Relu6F) X(LeakyReluF) X(GeluF) X(SiluF) X(SigmoidF) X(TanhF) X(ExpF) X(LogF) X(SquareF)
+#define RK_UNARY_FUNCTORS(X) X(ReluF) X(Relu6F) X(LeakyReluF) X(ClampF) X(GeluF) X(SiluF) X(SigmoidF) X(TanhF) X(ExpF) X(LogF) X(SquareF)
 #define RK_BINARY_FUNCTORS(X) X(AddF) X(SubF) X(MulF) X(DivF)
 
 }  // namespace reckon

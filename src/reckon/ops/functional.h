@@ -48,6 +48,11 @@ Tensor square(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor relu6(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor clamp(const Tensor& x, double lo, double hi);  // torch.clamp
+// ONNX's HardSigmoid max(0, min(1, alpha x + beta)) (torch's: alpha 1/6, beta 1/2), and
+// torch's hardswish x * hardsigmoid(x).
+Tensor hardsigmoid(const Tensor& x, double alpha = 0.2, double beta = 0.5);
+Tensor hardswish(const Tensor& x);
 Tensor gelu(const Tensor& x);     // exact (erf) form, as torch.nn.GELU()
 Tensor silu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);

@@ -211,3 +211,12 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r) {
 }
 
 }  // namespace reckon
+
+namespace reckon {
+std::vector<std::string> Softmax::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Softmax", {o.in[0]}, {{"axis", a.dim}})};
+}
+std::vector<std::string> LogSoftmax::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("LogSoftmax", {o.in[0]}, {{"axis", a.dim}})};
+}
+}  // namespace reckon

@@ -29,8 +29,8 @@ RowGeo softmax_geo(std::string_view op, const Shape& x, int64_t dim);
 struct Softmax {
   static constexpr std::string_view kName = "softmax";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "Softmax";
   RK_OP_DECLS(SoftmaxAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -40,8 +40,8 @@ struct Softmax {
 struct LogSoftmax {
   static constexpr std::string_view kName = "log_softmax";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "LogSoftmax";
   RK_OP_DECLS(SoftmaxAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -75,7 +75,7 @@ struct LogSoftmaxBackward {
 struct CrossEntropy {
   static constexpr std::string_view kName = "cross_entropy";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "SoftmaxCrossEntropyLoss";
+  static constexpr std::string_view kNotExportable = "a training loss: the exported forward ends at the logits";
   RK_OP_DECLS(CrossEntropyArgs);
   RK_OP_REF;
   RK_OP_CPU;
@@ -105,7 +105,7 @@ struct NllAttrs {
 struct NllLoss {
   static constexpr std::string_view kName = "nll_loss";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "NegativeLogLikelihoodLoss";
+  static constexpr std::string_view kNotExportable = "a training loss: the exported forward ends at the logits";
   RK_OP_DECLS(NllAttrs);
   RK_OP_REF;
   RK_OP_CPU;

@@ -98,3 +98,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 }  // namespace reckon
+
+namespace reckon {
+std::vector<std::string> Matmul::onnx(OnnxArgs& o, const Attrs& a) {
+  auto t = [&](const std::string& x, size_t rank) {
+    std::vector<int64_t> perm(rank);
+    for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(i);
+    std::swap(perm[rank - 1], perm[rank - 2]);
+    return o.one("Transpose", {x}, {{"perm", perm}});
+  };
+  std::string x = a.trans_a ? t(o.in[0], o.in_specs[0].shape.size()) : o.in[0];
+  std::string w = a.trans_b ? t(o.in[1], o.in_specs[1].shape.size()) : o.in[1];
+  return {o.one("MatMul", {x, w})};
+}
+std::vector<std::string> Linear::onnx(OnnxArgs& o, const Attrs&) {
+  std::vector<std::string> in{o.in[0], o.in[1]};
+  if (o.in.size() > 2 && !o.in[2].empty()) in.push_back(o.in[2]);
+  return {o.one("Gemm", in, {{"transB", int64_t(1)}})};
+}
+}  // namespace reckon

@@ -10,12 +10,12 @@ struct Matmul {
   static constexpr std::string_view kName = "matmul";
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr OpClass kClass = OpClass::linear;
-  static constexpr std::string_view kOnnx = "MatMul";
   struct A {
     bool trans_a = false, trans_b = false;
     RK_FIELDS(trans_a, trans_b)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -26,8 +26,8 @@ struct Linear {
   static constexpr std::string_view kName = "linear";
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   static constexpr OpClass kClass = OpClass::linear;
-  static constexpr std::string_view kOnnx = "Gemm";
   RK_OP_DECLS(NoAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;

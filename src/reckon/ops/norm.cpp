@@ -194,3 +194,32 @@ Tensor dropout(const Tensor& x, double p, bool training) {
 }
 
 }  // namespace reckon
+
+// ---- ONNX ----
+namespace reckon {
+std::vector<std::string> BatchNorm2d::onnx(OnnxArgs& o, const Attrs& a) {
+  if (a.training)
+    throw OnnxUnsupported("[batch_norm2d] in training mode (export writes the eval forward: call eval() first)");
+  const int64_t c = o.in_specs[0].shape[1];
+  std::string w = o.in[1].empty() ? o.sink.const_f32s(std::vector<float>(size_t(c), 1.f)) : o.in[1];
+  std::string b = o.in[2].empty() ? o.sink.const_f32s(std::vector<float>(size_t(c), 0.f)) : o.in[2];
+  std::vector<std::string> out{o.one("BatchNormalization", {o.in[0], w, b, o.in[3], o.in[4]},
+                                     {{"epsilon", a.eps}, {"momentum", 1.0 - a.momentum}})};
+  out.resize(o.out_specs.size());
+  return out;
+}
+std::vector<std::string> LocalResponseNorm::onnx(OnnxArgs& o, const Attrs& a) {
+  if (a.size % 2 == 0)
+    throw OnnxUnsupported(fmt::format(
+        "[local_response_norm] size {} is even: ONNX's LRN centres an even window one channel later than torch",
+        a.size));
+  return {o.one("LRN", {o.in[0]}, {{"size", a.size}, {"alpha", a.alpha}, {"beta", a.beta}, {"bias", a.k}})};
+}
+std::vector<std::string> Dropout::onnx(OnnxArgs& o, const Attrs& a) {
+  if (a.training)
+    throw OnnxUnsupported("[dropout] in training mode (export writes the eval forward: call eval() first)");
+  std::vector<std::string> out{o.one("Identity", {o.in[0]})};
+  out.resize(o.out_specs.size());
+  return out;
+}
+}  // namespace reckon

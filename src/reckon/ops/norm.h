@@ -30,9 +30,9 @@ struct BatchNormAttrs {
 struct BatchNorm2d {
   static constexpr std::string_view kName = "batch_norm2d";
   static constexpr AmpPolicy kAmp = AmpPolicy::keep;
-  static constexpr std::string_view kOnnx = "BatchNormalization";
   static int alias_of(int out, const BatchNormAttrs&) { return out == 3 || out == 4 ? out : -1; }
   RK_OP_DECLS(BatchNormAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -68,8 +68,8 @@ inline int64_t lrn_hi(int64_t c, int64_t size) { return c + (size - 1) / 2; }  /
 struct LocalResponseNorm {
   static constexpr std::string_view kName = "local_response_norm";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "LRN";
   RK_OP_DECLS(LrnAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -112,12 +112,12 @@ inline bool dropout_keep(uint64_t seed, int64_t i, double p) {
 // returns x itself then, without calling the op). Keeps the mask; backward = dy * mask.
 struct Dropout {
   static constexpr std::string_view kName = "dropout";
-  static constexpr std::string_view kOnnx = "Dropout";
   // A new mask for a replay that should draw afresh (GraphModule in training).
   static void reseed(DropoutAttrs& a) {
     if (a.training && a.p > 0.0 && a.p < 1.0) a.seed = default_generator().next_u64();
   }
   RK_OP_DECLS(DropoutAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;

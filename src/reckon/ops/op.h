@@ -9,7 +9,7 @@
 //   ref(ctx, in, out, attrs)   the reference kernel: plain loops, f32 and f64, counts its MACs
 //   cpu(ctx, in, out, attrs)   optional fast kernel; returns Support{false, why} to decline
 //   backward(args, attrs)      input gradients written with other ops, or kNoGradient = "why"
-//   kOnnx = "Conv"             its ONNX mapping, or kNotExportable = "why"
+//   onnx(args, attrs)          its ONNX mapping as code (ops/onnx_map.h), or kNotExportable = "why"
 //   kAmp = AmpPolicy::lower    optional: its mixed-precision rule (ops/autocast.h; default promote)
 //   alias_of(out, attrs)       optional: an in-place op's output `out` is input alias_of(...) itself
 //                              (written in place, not allocated); -1 for an output it allocates
@@ -32,6 +32,7 @@
 #include "reckon/core/reflect.h"
 #include "reckon/core/tensor.h"
 #include "reckon/ops/autocast.h"
+#include "reckon/ops/onnx_map.h"
 
 namespace reckon {
 
@@ -346,7 +347,7 @@ concept OpDef = requires(std::span<const Tensor> in, std::span<const TensorSpec>
   requires Reflected<typename Op::Attrs>;
   requires HasViewKernel<Op> || requires { { Op::ref(c, in, out, a) } -> std::same_as<void>; };
   requires HasBackward<Op> || requires { { Op::kNoGradient } -> std::convertible_to<std::string_view>; };
-  requires requires { { Op::kOnnx } -> std::convertible_to<std::string_view>; } ||
+  requires requires(OnnxArgs& o) { { Op::onnx(o, a) } -> std::same_as<std::vector<std::string>>; } ||
                requires { { Op::kNotExportable } -> std::convertible_to<std::string_view>; };
 };
 
@@ -365,6 +366,8 @@ struct NoAttrs {
   static ::reckon::Cost cost(std::span<const ::reckon::Tensor> in,                          \
                              std::span<const ::reckon::TensorSpec> out, const Attrs& a);    \
   static ::reckon::SavedSet saved(const Attrs& a, ::reckon::NeedsGrad needs)
+#define RK_OP_ONNX                                                                          \
+  static std::vector<std::string> onnx(::reckon::OnnxArgs& o, const Attrs& a)
 #define RK_OP_REF                                                                           \
   static void ref(::reckon::KernelCtx& ctx, std::span<const ::reckon::Tensor> in,           \
                   std::span<::reckon::Tensor> out, const Attrs& a)

@@ -174,13 +174,24 @@ Support cpu_entry(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> 
 }
 
 template <class Op>
+std::vector<std::string> onnx_entry(OnnxArgs& args, const void* attrs) {
+  if constexpr (requires { Op::kNotExportable; })
+    return {};
+  else
+    return Op::onnx(args, *static_cast<const typename Op::Attrs*>(attrs));
+}
+
+template <class Op>
 OpInfo info_of() {
   OpInfo i{};
   i.name = Op::kName;
   i.id = op_id<Op>;
   i.has_cpu_kernel = HasCpuKernel<Op>;
   i.differentiable = HasBackward<Op>;
-  if constexpr (requires { Op::kOnnx; }) i.onnx = Op::kOnnx;
+  if constexpr (requires { Op::kNotExportable; }) {
+  } else {
+    i.to_onnx = &onnx_entry<Op>;
+  }
   if constexpr (requires { Op::kNotExportable; }) i.not_exportable = Op::kNotExportable;
   i.is_view = HasViewKernel<Op>;
   i.op_class = op_class<Op>();

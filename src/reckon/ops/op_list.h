@@ -20,8 +20,8 @@
 #define RK_OPS(X)                                                                               \
   X(Reshape) X(Permute) X(Expand) X(Narrow) X(PadNarrow) X(Contiguous) X(Concat) X(Cast) X(Sum) \
   X(Add) X(Sub) X(Mul) X(Div) X(Affine)                                                         \
-  X(Relu) X(Relu6) X(LeakyRelu) X(Gelu) X(Silu) X(Sigmoid) X(Tanh) X(Exp) X(Log) X(Square)     \
-  X(UnaryBackward<ReluF>) X(UnaryBackward<Relu6F>) X(UnaryBackward<LeakyReluF>)                 \
+  X(Relu) X(Relu6) X(LeakyRelu) X(Clamp) X(Gelu) X(Silu) X(Sigmoid) X(Tanh) X(Exp) X(Log) X(Square)     \
+  X(UnaryBackward<ReluF>) X(UnaryBackward<Relu6F>) X(UnaryBackward<LeakyReluF>) X(UnaryBackward<ClampF>)                 \
   X(UnaryBackward<GeluF>) X(UnaryBackward<SiluF>) X(UnaryBackward<SigmoidF>)                    \
   X(UnaryBackward<TanhF>) X(UnaryBackward<ExpF>) X(UnaryBackward<LogF>) X(UnaryBackward<SquareF>) \
   X(Matmul) X(Linear)                                                                           \
@@ -62,7 +62,9 @@ struct OpInfo {
   int id = -1;
   bool has_cpu_kernel = false;
   bool differentiable = false;  // false: kNoGradient (backward ops, writes, updates)
-  std::string_view onnx;        // ONNX op type, or "" with not_exportable saying why
+  // Op::onnx (ops/onnx_map.h) with the attributes as a pointer to Op::Attrs; null for an op
+  // that is never exportable, and then not_exportable says why.
+  std::vector<std::string> (*to_onnx)(OnnxArgs& args, const void* attrs) = nullptr;
   std::string_view not_exportable;
   bool is_view = false;
   bool random = false;          // draws a seed per call (Op::reseed)

@@ -156,3 +156,53 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
 }
 
 }  // namespace reckon
+
+// ---- ONNX ----
+namespace reckon {
+namespace {
+// ONNX's output size of a window (ceil_mode as ONNX: plain ceiling, no "start inside" rule).
+int64_t onnx_pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  int64_t span = in + 2 * p - d * (k - 1) - 1;
+  return (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+}
+std::vector<OnnxAttr> pool_attrs(std::string_view op, const OnnxArgs& o, const PoolAttrs& a, bool dilations) {
+  const Shape& x = o.in_specs[0].shape;
+  const Shape& y = o.out_specs[0].shape;
+  for (int i = 0; i < 2; ++i) {
+    int64_t want = onnx_pool_out(x[2 + i], a.kernel[i], a.stride[i], a.padding[i], a.dilation[i], a.ceil_mode);
+    if (want != y[2 + i])
+      throw OnnxUnsupported(fmt::format(
+          "[{}] ceil_mode gives {} outputs along dim {} here but ONNX's rule gives {} (PyTorch drops a last "
+          "window that starts in the right padding)", op, y[2 + i], 2 + i, want));
+  }
+  std::vector<OnnxAttr> at{{"kernel_shape", std::vector<int64_t>{a.kernel[0], a.kernel[1]}},
+                           {"strides", std::vector<int64_t>{a.stride[0], a.stride[1]}},
+                           {"pads", std::vector<int64_t>{a.padding[0], a.padding[1], a.padding[0], a.padding[1]}},
+                           {"ceil_mode", int64_t(a.ceil_mode)}};
+  if (dilations) at.push_back({"dilations", std::vector<int64_t>{a.dilation[0], a.dilation[1]}});
+  return at;
+}
+}  // namespace
+
+std::vector<std::string> MaxPool2d::onnx(OnnxArgs& o, const Attrs& a) {
+  // ONNX's Indices count over the whole tensor, torch's within each plane: not exported.
+  return {o.one("MaxPool", {o.in[0]}, pool_attrs("max_pool2d", o, a, true)), ""};
+}
+std::vector<std::string> AvgPool2d::onnx(OnnxArgs& o, const Attrs& a) {
+  auto at = pool_attrs("avg_pool2d", o, a, false);
+  at.push_back({"count_include_pad", int64_t(a.count_include_pad)});
+  return {o.one("AveragePool", {o.in[0]}, at)};
+}
+std::vector<std::string> AdaptiveAvgPool2d::onnx(OnnxArgs& o, const Attrs& a) {
+  const Shape& x = o.in_specs[0].shape;
+  if (a.output_size[0] == 1 && a.output_size[1] == 1) return {o.one("GlobalAveragePool", {o.in[0]})};
+  if (x[2] % a.output_size[0] != 0 || x[3] % a.output_size[1] != 0)
+    throw OnnxUnsupported(fmt::format(
+        "[adaptive_avg_pool2d] {}x{} to {}x{}: the sizes do not divide, and ONNX has no adaptive pooling",
+        x[2], x[3], a.output_size[0], a.output_size[1]));
+  int64_t kh = x[2] / a.output_size[0], kw = x[3] / a.output_size[1];
+  if (kh == 1 && kw == 1) return {o.one("Identity", {o.in[0]})};
+  return {o.one("AveragePool", {o.in[0]},
+                {{"kernel_shape", std::vector<int64_t>{kh, kw}}, {"strides", std::vector<int64_t>{kh, kw}}})};
+}
+}  // namespace reckon

@@ -35,8 +35,8 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1
 // in = x -> y (N, C, HO, WO), indices (N, C, HO, WO) i64. The autograd node keeps indices only.
 struct MaxPool2d {
   static constexpr std::string_view kName = "max_pool2d";
-  static constexpr std::string_view kOnnx = "MaxPool";
   RK_OP_DECLS(PoolAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -60,8 +60,8 @@ struct MaxPool2dBackward {
 // in = x -> y (N, C, HO, WO). Keeps nothing for backward.
 struct AvgPool2d {
   static constexpr std::string_view kName = "avg_pool2d";
-  static constexpr std::string_view kOnnx = "AveragePool";
   RK_OP_DECLS(PoolAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;
@@ -87,12 +87,12 @@ struct AvgPool2dBackward {
 // ONNX: GlobalAveragePool for a 1x1 output, AveragePool when the sizes divide.
 struct AdaptiveAvgPool2d {
   static constexpr std::string_view kName = "adaptive_avg_pool2d";
-  static constexpr std::string_view kOnnx = "GlobalAveragePool";
   struct A {
     std::array<int64_t, 2> output_size{1, 1};
     RK_FIELDS(output_size)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;

@@ -307,3 +307,39 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 }  // namespace reckon
+
+// ---- ONNX ----
+namespace reckon {
+
+std::vector<std::string> Reshape::onnx(OnnxArgs& o, const Attrs&) {
+  Shape target = o.out_specs[0].shape;  // resolved (no -1)
+  // With a symbolic batch, a reshape that keeps dim 0 copies it from the input (ONNX's 0).
+  if (o.sink.dynamic_batch && !target.empty() && !o.in_specs[0].shape.empty() &&
+      target[0] == o.in_specs[0].shape[0])
+    target[0] = 0;
+  return {o.one("Reshape", {o.in[0], o.sink.const_i64(target)})};
+}
+std::vector<std::string> Permute::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Transpose", {o.in[0]}, {{"perm", a.dims}})};
+}
+std::vector<std::string> Expand::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Expand", {o.in[0], o.sink.const_i64(a.shape)})};
+}
+std::vector<std::string> Narrow::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Slice", {o.in[0], o.sink.const_i64({a.start}), o.sink.const_i64({a.start + a.length}),
+                          o.sink.const_i64({a.dim})})};
+}
+std::vector<std::string> Contiguous::onnx(OnnxArgs& o, const Attrs&) { return {o.one("Identity", {o.in[0]})}; }
+std::vector<std::string> Concat::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Concat", o.in, {{"axis", a.dim}})};
+}
+std::vector<std::string> Cast::onnx(OnnxArgs& o, const Attrs& a) {
+  return {o.one("Cast", {o.in[0]}, {{"to", int64_t(onnx_dtype(a.dtype))}})};
+}
+std::vector<std::string> Sum::onnx(OnnxArgs& o, const Attrs& a) {
+  std::vector<std::string> in{o.in[0]};
+  if (!a.dims.empty()) in.push_back(o.sink.const_i64(a.dims));  // an input from opset 13 on
+  return {o.one("ReduceSum", in, {{"keepdims", int64_t(a.keepdim)}})};
+}
+
+}  // namespace reckon

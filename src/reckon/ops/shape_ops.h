@@ -7,48 +7,48 @@ namespace reckon {
 
 struct Reshape {
   static constexpr std::string_view kName = "reshape";
-  static constexpr std::string_view kOnnx = "Reshape";
   struct A {
     Shape shape;
     RK_FIELDS(shape)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
 };
 
 struct Permute {
   static constexpr std::string_view kName = "permute";
-  static constexpr std::string_view kOnnx = "Transpose";
   struct A {
     std::vector<int64_t> dims;
     RK_FIELDS(dims)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
 };
 
 struct Expand {
   static constexpr std::string_view kName = "expand";
-  static constexpr std::string_view kOnnx = "Expand";
   struct A {
     Shape shape;
     RK_FIELDS(shape)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
 };
 
 struct Narrow {
   static constexpr std::string_view kName = "narrow";
-  static constexpr std::string_view kOnnx = "Slice";
   struct A {
     int64_t dim = 0, start = 0, length = 0;
     RK_FIELDS(dim, start, length)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   static Tensor view(std::span<const Tensor> in, const Attrs& a);
   RK_OP_BACKWARD;
 };
@@ -70,9 +70,9 @@ struct PadNarrow {
 // A dense copy of a strided x (the dispatcher inserts it before kernels that need dense inputs).
 struct Contiguous {
   static constexpr std::string_view kName = "contiguous";
-  static constexpr std::string_view kOnnx = "Identity";
   static constexpr bool kTakesStrided = true;
   RK_OP_DECLS(NoAttrs);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_BACKWARD;
 };
@@ -80,12 +80,12 @@ struct Contiguous {
 // in = the tensors to join, all with the same shape except along dim.
 struct Concat {
   static constexpr std::string_view kName = "concat";
-  static constexpr std::string_view kOnnx = "Concat";
   struct A {
     int64_t dim = 0;
     RK_FIELDS(dim)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_BACKWARD;
 };
@@ -93,12 +93,12 @@ struct Concat {
 struct Cast {
   static constexpr std::string_view kName = "cast";
   static constexpr AmpPolicy kAmp = AmpPolicy::keep;
-  static constexpr std::string_view kOnnx = "Cast";
   struct A {
     DType dtype = DType::f32;
     RK_FIELDS(dtype)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;  // f32 / bf16 / f16 / f64 conversions and same-dtype copies (kernels/cpu/cast.cpp)
   RK_OP_BACKWARD;
@@ -108,13 +108,13 @@ struct Cast {
 struct Sum {
   static constexpr std::string_view kName = "sum";
   static constexpr AmpPolicy kAmp = AmpPolicy::fp32;
-  static constexpr std::string_view kOnnx = "ReduceSum";
   struct A {
     std::vector<int64_t> dims;
     bool keepdim = false;
     RK_FIELDS(dims, keepdim)
   };
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
   RK_OP_BACKWARD;

@@ -89,3 +89,11 @@ void add_(const Tensor& dst, const Tensor& src) { call<AddInplace>({dst, src}); 
 void add_scalar_(const Tensor& dst, double value) { call<AddScalarInplace>({dst}, {value}); }
 
 }  // namespace reckon
+
+namespace reckon {
+std::vector<std::string> Full::onnx(OnnxArgs& o, const Attrs& a) {
+  std::string y = o.one("Expand", {o.sink.const_f32(float(a.value)), o.sink.const_i64(a.shape)});
+  if (a.dtype != DType::f32) y = o.one("Cast", {y}, {{"to", int64_t(onnx_dtype(a.dtype))}});
+  return {y};
+}
+}  // namespace reckon

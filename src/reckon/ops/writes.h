@@ -31,7 +31,6 @@ struct Empty {
 // in = () -> a new tensor of `shape` and `dtype` on `device`, every element `value`.
 struct Full {
   static constexpr std::string_view kName = "full";
-  static constexpr std::string_view kOnnx = "ConstantOfShape";
   static constexpr std::string_view kNoGradient = "a constant";
   static constexpr OpClass kClass = OpClass::write;
   struct A {
@@ -43,6 +42,7 @@ struct Full {
   };
   static Device device(const A& a) { return a.device; }
   RK_OP_DECLS(A);
+  RK_OP_ONNX;
   RK_OP_REF;
   RK_OP_CPU;
 };

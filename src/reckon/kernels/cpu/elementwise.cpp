@@ -83,10 +83,10 @@ Support Unary<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> 
   return lowp::visit(common_dtype(in, out), [&]<class T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
-    float al = float(a.alpha);
+    float al = float(a.alpha), be = float(a.beta);
     int64_t n = in[0].numel();
 #pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(F::f(load(x[i]), al));
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(F::f(load(x[i]), al, be));
     return Support::yes();
   });
 }
@@ -97,10 +97,10 @@ Support UnaryBackward<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<
     const T* dy = in[0].data<T>();
     const T* s = in[1].data<T>();
     T* dx = out[0].data<T>();
-    float al = float(a.alpha);
+    float al = float(a.alpha), be = float(a.beta);
     int64_t n = in[0].numel();
 #pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * F::df(load(s[i]), al));
+    for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * F::df(load(s[i]), al, be));
     return Support::yes();
   });
 }

@@ -33,7 +33,7 @@ void Unary<F>::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor>
   visit_float(in[0].dtype(), F::kName.data(), [&]<class T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
-    for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = F::f(x[i], T(a.alpha));
+    for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = F::f(x[i], T(a.alpha), T(a.beta));
   });
 }
 
@@ -43,7 +43,7 @@ void UnaryBackward<F>::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span
     const T* dy = in[0].data<T>();
     const T* s = in[1].data<T>();
     T* dx = out[0].data<T>();
-    for (int64_t i = 0; i < in[0].numel(); ++i) dx[i] = dy[i] * F::df(s[i], T(a.alpha));
+    for (int64_t i = 0; i < in[0].numel(); ++i) dx[i] = dy[i] * F::df(s[i], T(a.alpha), T(a.beta));
   });
 }
 
