@@ -13,6 +13,7 @@
 
 #include "command.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/autocast.h"
@@ -50,11 +51,11 @@ int cmd_bench_train(const BenchArgs& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
   if (!a.conv_algo.empty()) set_conv_algorithm(parse_conv_algorithm(a.conv_algo, "--conv-algo"));
   manual_seed(a.seed);
-  auto model = nn::make_model(a.model, {});
-  Shape in = nn::model_input_shape(a.model, {});
+  auto model = onnx::make_model(a.model, {});
+  Shape in = onnx::model_input_shape(a.model, {});
   if (a.size > 0) in[1] = in[2] = a.size;
   in.insert(in.begin(), a.batch);
-  int64_t classes = nn::resolve_model_config(a.model, {}).num_classes;
+  int64_t classes = onnx::resolve_model_config(a.model, {}).num_classes;
   Tensor x, y;
   {
     TagGuard g(Tag::input);

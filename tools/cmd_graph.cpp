@@ -11,6 +11,7 @@
 #include "reckon/ledger/ledger.h"
 #include "reckon/nn/graph_module.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/autocast.h"
 
 using namespace reckon;
@@ -43,9 +44,9 @@ int run(const GraphArgs& a) {
     RK_CHECK(a.batch > 0, "[graph] --batch must be positive, got {}", a.batch);
     nn::ModelConfig mc;
     mc.device = Device::meta;
-    auto m = nn::make_model(a.model, mc);
+    auto m = onnx::make_model(a.model, mc);
     m->eval();
-    Shape in = nn::model_input_shape(a.model, mc);
+    Shape in = onnx::model_input_shape(a.model, mc);
     in.insert(in.begin(), a.batch);
     Tensor x;
     {

@@ -35,34 +35,11 @@ struct LedgerArgs {
   bool recalibrate = false;
 };
 
-// "3x224x224" (or "3,224,224") -> {3, 224, 224}.
-Shape parse_input(const std::string& s) {
-  Shape r;
-  std::string cur;
-  auto bad = [&] {
-    return Error(fmt::format("[ledger] --input must be CxHxW with positive sizes (e.g. 3x224x224), got '{}'", s));
-  };
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == 'x' || s[i] == 'X' || s[i] == ',') {
-      if (cur.empty() || cur.size() > 9) throw bad();
-      r.push_back(std::stoll(cur));
-      cur.clear();
-    } else if (s[i] >= '0' && s[i] <= '9') {
-      cur += s[i];
-    } else {
-      throw bad();
-    }
-  }
-  if (r.size() != 3) throw bad();
-  for (auto d : r)
-    if (d <= 0) throw bad();
-  return r;
-}
 
 int run(const LedgerArgs& a) {
   LedgerConfig cfg;
   cfg.batch = a.batch;
-  if (!a.input.empty()) cfg.input = parse_input(a.input);
+  if (!a.input.empty()) cfg.input = tools::parse_input(a.input, "ledger");
   cfg.num_classes = a.classes;
   cfg.precision = a.precision;
   cfg.accum = a.accum;

@@ -41,16 +41,6 @@ std::vector<std::string> split(const std::string& s, const std::string& seps) {
   }
   return r;
 }
-Shape parse_input(const std::string& s) {
-  Shape r;
-  for (const auto& p : split(s, "xX,")) {
-    const bool digits = !p.empty() && p.size() <= 9 && p.find_first_not_of("0123456789") == std::string::npos;
-    RK_CHECK(digits && std::stoll(p) > 0, "[plan] --input must be CxHxW with positive sizes (e.g. 3x32x32), got '{}'", s);
-    r.push_back(std::stoll(p));
-  }
-  RK_CHECK(r.size() == 3, "[plan] --input must be CxHxW with positive sizes (e.g. 3x32x32), got '{}'", s);
-  return r;
-}
 
 int run(const PlanArgs& a) {
   PlanConfig cfg;
@@ -58,7 +48,7 @@ int run(const PlanArgs& a) {
   cfg.batch = a.batch;
   cfg.memory_bytes = parse_bytes(a.memory, "--memory");
   cfg.device = a.device;
-  if (!a.input.empty()) cfg.input = parse_input(a.input);
+  if (!a.input.empty()) cfg.input = tools::parse_input(a.input, "plan");
   cfg.num_classes = a.classes;
   cfg.optimizer = a.optimizer;
   cfg.momentum = a.momentum;

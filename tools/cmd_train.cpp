@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "command.h"
+#include "reckon/io/npy.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/train/trainer.h"
 
@@ -88,13 +89,16 @@ struct EvalArgs {
   int64_t batch = 500;
   int threads = 0;
   bool json = false;
+  std::string dump;
 };
 
 tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
   static EvalArgs a;
   sub = app.add_subcommand("eval", "loss, top-1 accuracy and confusion matrix of a checkpoint on a test split");
-  sub->add_option("model", a.model, "zoo model name")->required();
-  sub->add_option("--checkpoint", a.checkpoint, "a reckon checkpoint or a safetensors state dict")->required();
+  sub->add_option("model", a.model, "zoo model name or an .onnx file")->required();
+  sub->add_option("--checkpoint", a.checkpoint,
+                  "a reckon checkpoint or a safetensors state dict (an .onnx file brings its own weights)");
+  sub->add_option("--dump-outputs", a.dump, "write the raw outputs (samples, classes) as float32 .npy");
   sub->add_option("--data", a.data, "dataset spec (its test split is used)")->capture_default_str();
   sub->add_option("--normalize", a.normalize, "auto (the checkpoint's figures) | none | M1,../S1,..")
       ->capture_default_str();
@@ -103,7 +107,12 @@ tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runn
   sub->add_flag("--json", a.json, "print JSON");
   return [] {
     train::EvalResult r =
-        train::evaluate_checkpoint(a.model, a.checkpoint, a.data, a.normalize, a.batch, a.threads);
+        train::evaluate_checkpoint(a.model, a.checkpoint, a.data, a.normalize, a.batch, a.threads, !a.dump.empty());
+    if (!a.dump.empty()) {
+      Tensor out = Tensor::empty({r.samples, r.num_classes}, DType::f32, Device::cpu);
+      std::copy(r.outputs.begin(), r.outputs.end(), out.data<float>());
+      io::write_npy(a.dump, out);
+    }
     if (a.json) {
       nlohmann::json j{{"model", a.model},       {"checkpoint", a.checkpoint}, {"data", a.data},
                        {"samples", r.samples},   {"loss", r.loss},             {"accuracy", r.accuracy},

@@ -17,6 +17,7 @@
 #include "reckon/nn/graph_module.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/module.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
@@ -551,9 +552,9 @@ ZooModel zoo_model(const std::string& model_name, const LedgerConfig& cfg, Devic
     mc.in_channels = cfg.input[0];
   }
   ZooModel z;
-  z.sample = cfg.input.empty() ? nn::model_input_shape(model_name, mc) : cfg.input;
+  z.sample = cfg.input.empty() ? onnx::model_input_shape(model_name, mc) : cfg.input;
   mc.device = device;
-  z.model = nn::make_model(model_name, mc);
+  z.model = onnx::make_model(model_name, mc);
   if (cfg.recompute) nn::enable_recompute(*z.model);
   if (!cfg.freeze.empty()) nn::freeze(*z.model, cfg.freeze, "[ledger] --freeze");
   return z;

@@ -13,6 +13,7 @@
 #include "reckon/ledger/ledger.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/recompute.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/conv.h"
 
 namespace reckon {
@@ -112,9 +113,9 @@ Plan plan(const PlanConfig& cfg) {
   nn::ModelConfig mc;
   mc.num_classes = cfg.num_classes;
   if (!cfg.input.empty()) mc.in_channels = cfg.input[0];
-  const Shape sample = cfg.input.empty() ? nn::model_input_shape(cfg.model, mc) : cfg.input;
+  const Shape sample = cfg.input.empty() ? onnx::model_input_shape(cfg.model, mc) : cfg.input;
   mc.device = Device::meta;
-  const std::shared_ptr<nn::Module> meta = nn::make_model(cfg.model, mc);
+  const std::shared_ptr<nn::Module> meta = onnx::make_model(cfg.model, mc);
   // One rung: one ledger() pass over a captured step. *recomputed: whether recomputation ran any
   // forward op again (false for a model without blocks to recompute); *winograd: whether any
   // convolution planned as Winograd.

@@ -7,6 +7,7 @@
 
 #include "reckon/core/error.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
 
@@ -96,7 +97,7 @@ void check_labels(const data::Batch& b, int64_t K, const std::string& spec, int6
 
 int64_t forward_macs(const std::string& model_name, int64_t in_channels, int64_t num_classes, const Shape& chw) {
   nn::ModelConfig mc{.num_classes = num_classes, .in_channels = in_channels, .device = Device::meta};
-  auto model = nn::make_model(model_name, mc);  // throws for an unknown name, listing the known ones
+  auto model = onnx::make_model(model_name, mc);  // throws for an unknown name, listing the known ones
   model->eval();
   Shape in = chw;
   in.insert(in.begin(), 1);

@@ -6,6 +6,7 @@
 
 #include "reckon/io/checkpoint.h"
 #include "reckon/nn/models/registry.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/autocast.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
@@ -35,7 +36,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t
 }
 
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision) {
+                    DType precision, bool keep_outputs) {
   auto t0 = Clock::now();
   EvalResult r;
   r.num_classes = ds.num_classes();
@@ -60,6 +61,11 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Norm
     while (loader.next(b)) {
       check_labels(b, K, ds.name(), 0);
       Tensor logits = model(b.x);
+      if (keep_outputs) {
+        const Tensor l = contiguous(logits);
+        const float* p = l.data<float>();
+        r.outputs.insert(r.outputs.end(), p, p + l.numel());
+      }
       loss_sum += cross_entropy(logits, b.y, {.reduction = Reduction::sum}).item();
       right += count_correct(logits, b.y, &pred);
       const int64_t* y = b.y.data<int64_t>();
@@ -98,17 +104,20 @@ std::string format_confusion(const EvalResult& r) {
 }
 
 EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
-                               const std::string& normalize, int64_t batch, int threads) {
+                               const std::string& normalize, int64_t batch, int threads, bool keep_outputs) {
   RK_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
   RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
   ThreadsGuard threads_guard(threads);
-  io::Checkpoint ck = io::read_checkpoint(checkpoint);
+  RK_CHECK(!checkpoint.empty() || onnx::is_onnx_path(model_name),
+           "--checkpoint is required for the zoo model {} (an .onnx file carries its own weights)", model_name);
+  io::Checkpoint ck;
+  if (!checkpoint.empty()) ck = io::read_checkpoint(checkpoint);
   auto test_set = data::open_dataset(spec, false, 0);
   Shape chw = test_set->sample_shape();
   const int64_t K = test_set->num_classes();
   forward_macs(model_name, chw[0], K, chw);  // fits?
-  auto model = nn::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
-  io::load_model_state(ck, *model, model_name);
+  auto model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
+  if (!checkpoint.empty()) io::load_model_state(ck, *model, model_name);
 
   data::Normalize norm;
   if (normalize == "auto" && ck.has_training_state) {
@@ -123,7 +132,7 @@ EvalResult evaluate_checkpoint(const std::string& model_name, const std::string&
     auto train_set = data::open_dataset(spec, true, 0);
     norm = parse_normalize(normalize, *train_set);
   }
-  return evaluate(*model, *test_set, norm, batch);
+  return evaluate(*model, *test_set, norm, batch, DType::f32, keep_outputs);
 }
 
 }  // namespace reckon::train

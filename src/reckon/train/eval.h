@@ -21,6 +21,7 @@ struct EvalResult {
   std::vector<int64_t> confusion;  // (K, K) row-major: [true class][predicted class]
   std::vector<std::string> class_names;
   double seconds = 0.0;
+  std::vector<float> outputs;  // (samples, K) row-major, when asked for (keep_outputs)
 };
 
 // Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds, under
@@ -28,13 +29,15 @@ struct EvalResult {
 // takes more memory than a training micro-batch of the same size (an fp32 forward could: its
 // convolutions may pick Winograd, whose workspace the bf16 ones do not need).
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision = DType::f32);
+                    DType precision = DType::f32, bool keep_outputs = false);
 
-// `reckon eval`: builds model_name for data's test split, loads the checkpoint (a reckon
-// checkpoint or a plain state dict) and evaluates. normalize as TrainConfig::normalize,
-// where "auto" means the checkpoint's own figures when it has them.
+// `reckon eval`: builds model_name (a zoo name or an .onnx file) for data's test split, loads
+// the checkpoint (a reckon checkpoint or a plain state dict; "" for an .onnx file's own
+// weights) and evaluates. normalize as TrainConfig::normalize, where "auto" means the
+// checkpoint's own figures when it has them.
 EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& data,
-                               const std::string& normalize = "auto", int64_t batch = 500, int threads = 0);
+                               const std::string& normalize = "auto", int64_t batch = 500, int threads = 0,
+                               bool keep_outputs = false);
 
 // The confusion matrix as text, with class names.
 std::string format_confusion(const EvalResult& r);

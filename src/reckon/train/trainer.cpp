@@ -24,6 +24,7 @@
 #include "reckon/ledger/plan.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/recompute.h"
+#include "reckon/onnx/import.h"
 #include "reckon/ops/autocast.h"
 #include "reckon/ops/conv.h"
 #include "reckon/optim/factory.h"
@@ -166,7 +167,7 @@ void plan_to_fit(Run& r) {
 void build(Run& r) {
   const TrainConfig& cfg = r.cfg;
   manual_seed(cfg.seed);
-  r.model = nn::make_model(cfg.model, {.num_classes = r.data.num_classes, .in_channels = r.data.chw[0]});
+  r.model = onnx::make_model(cfg.model, {.num_classes = r.data.num_classes, .in_channels = r.data.chw[0]});
   r.res.parameters = r.model->num_parameters();
   r.recompute_blocks = cfg.recompute ? nn::enable_recompute(*r.model) : 0;
   data::LoaderOptions lo;
