@@ -5,8 +5,9 @@ JOBS ?= 2
 DEB_PACKAGES := cmake ninja-build g++ libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev \
   nlohmann-json3-dev zlib1g-dev libpng-dev libjpeg-dev libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist \
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
-# The tests' oracles, from PyPI, for the python3 on PATH (ONNX Runtime runs what reckon exports).
-PY_PACKAGES := onnx onnxruntime numpy
+# The tests' oracles, from PyPI, for the python3 on PATH: ONNX Runtime runs what reckon exports,
+# torch's exporter writes the torchvision models reckon imports.
+PY_PACKAGES := onnx onnxruntime numpy torch torchvision
 PYTHON ?= python3
 
 .PHONY: deps pydeps build run test bench clean
@@ -20,7 +21,7 @@ deps:
 	fi
 
 pydeps:
-	@$(PYTHON) -c "import onnx, onnxruntime, numpy" 2>/dev/null || \
+	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision" 2>/dev/null || \
 	  { echo "installing (pip): $(PY_PACKAGES)"; $(PYTHON) -m pip install -q $(PY_PACKAGES); }
 
 build: deps

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "reckon/io/npy.h"
@@ -443,3 +444,40 @@ TEST_F(OnnxBad, TheCommandsExitOneWithTheFileInTheMessage) {
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(s.find("junk.onnx"), std::string::npos) << s;
 }
+
+// ---- torchvision's models as torch's exporter writes them ----
+// scripts/export_torchvision.py (torch and torchvision from pip) writes each test's model.
+class Torchvision : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Torchvision, ImportsAndRunsAsOnnxRuntimeDoes) {
+  const std::string name = GetParam();
+  const fs::path d = tmp_dir("tv_" + name);
+  const std::string p = d.string(), path = p + "/" + name + ".onnx";
+  ASSERT_EQ(run(python() + " " RECKON_SOURCE_DIR "/scripts/export_torchvision.py " + p + " " + name + " >" + p +
+                "/log.txt 2>&1"), 0)
+      << "scripts/export_torchvision.py failed (pip install torch torchvision): see " << p << "/log.txt";
+  std::ifstream mf(d / (name + ".json"));
+  const auto entry = nlohmann::json::parse(mf);
+  auto m = ro::make_model(path);
+  Tensor x = io::read_npy(p + "/" + name + ".x.npy");
+  io::write_npy(p + "/" + name + ".y.npy", forward(*m, x));
+  EXPECT_EQ(run(ort_check() + " " + path + " " + p + "/" + name + ".x.npy " + p + "/" + name + ".y.npy"), 0) << name;
+  // Torch's own count, where the exporter kept the batch norms (folded, they become conv biases).
+  if (!entry["bn_folded"].get<bool>()) EXPECT_EQ(m->num_parameters(), entry["params"].get<int64_t>());
+  if (!entry["zoo"].is_null()) {
+    LedgerConfig cfg;
+    cfg.batch = 1;
+    cfg.plan_workspace = false;
+    const std::string zoo = entry["zoo"];
+    Ledger a = ledger(path, cfg), b = ledger(zoo, cfg);
+    EXPECT_EQ(a.totals.params, b.totals.params) << zoo;
+    EXPECT_EQ(a.totals.fwd_macs, b.totals.fwd_macs) << zoo;
+  }
+  fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, Torchvision,
+                         ::testing::Values("alexnet", "vgg11", "vgg16", "resnet18", "resnet50", "mobilenet_v2",
+                                           "squeezenet1_1", "googlenet", "mobilenet_v3_small", "efficientnet_b0",
+                                           "shufflenet_v2_x1_0", "densenet121"),
+                         [](const auto& info) { return info.param; });
