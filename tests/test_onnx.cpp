@@ -372,6 +372,19 @@ TEST_F(OnnxBad, CycleAndDanglingInput) {
   EXPECT_NE(e.find("dangling"), std::string::npos) << e;
 }
 
+TEST_F(OnnxBad, ValueInfoThatDisagreesWithReckonsShapes) {
+  auto m = proto_;
+  auto* vi = m.mutable_graph()->add_value_info();
+  vi->set_name(m.graph().node(0).output(0));
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  for (int64_t d : {1, 6, 27, 28}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  std::string e = load_error(m);
+  EXPECT_NE(e.find("by reckon's shape inference but the file says [1, 6, 27, 28]"), std::string::npos) << e;
+  tt->mutable_shape()->mutable_dim(2)->set_dim_value(28);  // right: loads
+  EXPECT_EQ(load_error(m), "");
+}
+
 TEST_F(OnnxBad, MissingInitializer) {
   auto m = proto_;
   auto* inits = m.mutable_graph()->mutable_initializer();

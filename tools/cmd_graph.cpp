@@ -63,7 +63,7 @@ int run(const GraphArgs& a) {
 tools::RegisterCommand reg_graph([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
   static GraphArgs a;
   sub = app.add_subcommand("graph", "the program a model runs: every op call as a node (forward, or --step)");
-  sub->add_option("model", a.model, "zoo model name (reckon models lists them)")->required();
+  sub->add_option("model", a.model, "zoo model name (reckon models lists them) or an .onnx file")->required();
   sub->add_option("--batch", a.batch, "images per (micro-)batch")->capture_default_str();
   sub->add_flag("--step", a.step, "a whole training step: forward, loss, backward, optimizer");
   sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast)")->capture_default_str();

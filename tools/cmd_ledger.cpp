@@ -67,7 +67,7 @@ int run(const LedgerArgs& a) {
 tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
   static LedgerArgs a;
   sub = app.add_subcommand("ledger", "what one training step costs: memory by tag, MACs per layer, time per device");
-  sub->add_option("model", a.model, "zoo model name (reckon models lists them)")->required();
+  sub->add_option("model", a.model, "zoo model name (reckon models lists them) or an .onnx file")->required();
   sub->add_option("--batch", a.batch, "images per micro-batch (per step without --accum)")->required();
   sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
   sub->add_option("--classes", a.classes, "number of classes (default: the model's)");

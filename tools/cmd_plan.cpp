@@ -68,7 +68,7 @@ tools::RegisterCommand reg_plan([](CLI::App& app, CLI::App*& sub) -> tools::Runn
   static PlanArgs a;
   sub = app.add_subcommand("plan", "fit an effective batch into a memory budget: micro-batch, precision, accumulation, "
                                    "recomputation");
-  sub->add_option("model", a.model, "zoo model name (reckon models lists them)")->required();
+  sub->add_option("model", a.model, "zoo model name (reckon models lists them) or an .onnx file")->required();
   sub->add_option("--memory", a.memory, "the budget for the step's tracked memory (e.g. 4GiB, 512MiB)")->required();
   sub->add_option("--batch", a.batch, "the effective batch to keep (micro-batch x accumulation)")->required();
   sub->add_option("--device", a.device, "cpu, a100, a100-80gb, h100, h200, l4, rtx4090 (what the step is timed for)")

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <set>
 
 #include "reckon/nn/models/registry.h"
@@ -1044,8 +1046,23 @@ std::vector<Tensor> run(const Model& m, const RunArgs& a) {
         throw Error(fmt::format("[onnx] {}: {}, opset {}: {}", m.path, n.where(), m.opset, e.what()));
       }
     }
-    for (size_t k = 0; k < n.outputs.size() && k < out.size(); ++k)
-      if (!n.outputs[k].empty()) env[n.outputs[k]] = out[k];
+    for (size_t k = 0; k < n.outputs.size() && k < out.size(); ++k) {
+      if (n.outputs[k].empty()) continue;
+      env[n.outputs[k]] = out[k];
+      // reckon's shape against the file's value_info (or the graph output's), where it has one.
+      auto vi = m.value_info.find(n.outputs[k]);
+      const ValueInfo* info = vi != m.value_info.end() ? &vi->second : nullptr;
+      for (const ValueInfo& o : m.outputs)
+        if (o.name == n.outputs[k]) info = &o;
+      if (info && info->has_shape && out[k].defined()) {
+        bool same = int64_t(info->dims.size()) == out[k].dim();
+        for (size_t j = 0; same && j < info->dims.size(); ++j)
+          same = info->dims[j] < 0 || info->dims[j] == out[k].size(int64_t(j));
+        RK_CHECK(same, "[onnx] {}: {}, opset {}: output '{}' is [{}] by reckon's shape inference but the file says "
+                 "[{}]", m.path, n.where(), m.opset, n.outputs[k], fmt::join(out[k].shape(), ", "),
+                 fmt::join(info->dims, ", "));
+      }
+    }
     // Free what no later node reads (the memory timeline follows the file's order).
     for (const auto& name : n.inputs)
       if (auto l = last.find(name); l != last.end() && l->second == i) env.erase(name);
@@ -1123,12 +1140,22 @@ bool is_onnx_path(const std::string& name) {
 }
 
 namespace {
+// A file is read once per process while it stays the same (its size and time of change): the
+// commands ask for its dims and its model several times.
 std::shared_ptr<const Model> cached_model(const std::string& path) {
+  static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const Model>> cache;
-  auto it = cache.find(path);
-  if (it != cache.end()) return it->second;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  const std::string key = fmt::format("{}\n{}\n{}", path, ec ? 0 : size, ec ? 0 : time);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
   auto m = std::make_shared<const Model>(load(path));
-  cache[path] = m;
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = m;
   return m;
 }
 // (C, H, W) and classes of a file's model.
