@@ -205,11 +205,6 @@ Outs conv(Ctx& c, Ins& in) {
   return {conv2d(xp, w, in_at(in, 2), a)};
 }
 
-// ONNX's pooled size (ceil_mode: plain ceiling).
-int64_t onnx_pool_size(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d, bool ceil_mode) {
-  int64_t span = in + pb + pe - d * (k - 1) - 1;
-  return (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-}
 
 // One pooling over 2-D windows of x (N, C, H, W). Padding that PyTorch's rule (at most half the
 // window) or symmetry does not allow is made explicit: -inf for max, zeros for average, where
@@ -262,7 +257,7 @@ Tensor pool2d(const Tensor& x, const Window& w, bool max, bool ceil_mode, bool i
     }
   }
   for (size_t i = 0; i < 2; ++i) {
-    int64_t want = onnx_pool_size(x.size(2 + int64_t(i)), w.k[i], w.s[i], w.p[i].first, w.p[i].second, w.d[i], ceil_mode);
+    int64_t want = onnx_window_out(x.size(2 + int64_t(i)), w.k[i], w.s[i], w.p[i].first, w.p[i].second, w.d[i], ceil_mode);
     RK_CHECK(y.size(2 + int64_t(i)) == want, "ceil_mode gives {} outputs along dim {} in reckon (PyTorch's rule: the "
              "last window must start inside the input) but {} by ONNX's: not supported", y.size(2 + int64_t(i)),
              2 + i, want);

@@ -67,6 +67,14 @@ constexpr int onnx_dtype(DType t) {
   return 0;
 }
 
+// ONNX's output size of a pooling window along one dim (ceil_mode: the plain ceiling, without
+// PyTorch's rule that the last window must start inside the input or its left padding).
+constexpr int64_t onnx_window_out(int64_t in, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                                  int64_t dilation, bool ceil_mode) {
+  const int64_t span = in + pad_begin + pad_end - dilation * (k - 1) - 1;
+  return (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+}
+
 // An op call ONNX cannot express (at this opset, with these attributes): the reason.
 struct OnnxUnsupported : Error {
   using Error::Error;

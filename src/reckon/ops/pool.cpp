@@ -160,16 +160,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
 // ---- ONNX ----
 namespace reckon {
 namespace {
-// ONNX's output size of a window (ceil_mode as ONNX: plain ceiling, no "start inside" rule).
-int64_t onnx_pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  int64_t span = in + 2 * p - d * (k - 1) - 1;
-  return (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-}
 std::vector<OnnxAttr> pool_attrs(std::string_view op, const OnnxArgs& o, const PoolAttrs& a, bool dilations) {
   const Shape& x = o.in_specs[0].shape;
   const Shape& y = o.out_specs[0].shape;
   for (int i = 0; i < 2; ++i) {
-    int64_t want = onnx_pool_out(x[2 + i], a.kernel[i], a.stride[i], a.padding[i], a.dilation[i], a.ceil_mode);
+    int64_t want = onnx_window_out(x[2 + i], a.kernel[i], a.stride[i], a.padding[i], a.padding[i], a.dilation[i], a.ceil_mode);
     if (want != y[2 + i])
       throw OnnxUnsupported(fmt::format(
           "[{}] ceil_mode gives {} outputs along dim {} here but ONNX's rule gives {} (PyTorch drops a last "
