@@ -503,3 +503,85 @@ INSTANTIATE_TEST_SUITE_P(Onnx, Torchvision,
                                            "squeezenet1_1", "googlenet", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x1_0", "densenet121"),
                          [](const auto& info) { return info.param; });
+
+// Every operator the importer maps, called with too few inputs, integer inputs where floats go
+// (and the reverse), and hostile attributes (zero strides and groups, out-of-range axes, negative
+// pads, huge shapes): each call returns or throws reckon::Error naming the node, never crashes
+// or throws anything else.
+TEST(OnnxHostile, EveryOperatorWithBadInputsAndAttributesGivesAnError) {
+  const Tensor fx = random_input({1, 2, 4, 4}, 3);
+  Tensor ix = Tensor::empty({4}, DType::i64, Device::cpu);
+  const int64_t iv[] = {0, -1, 99999999999LL, 2};
+  for (int i = 0; i < 4; ++i) ix.set(i, double(iv[i]));
+  const Tensor f0 = Tensor::from_vector({0.5}, {}, DType::f32), f1 = random_input({3}, 4);
+  struct Variant {
+    std::vector<int> inputs;  // 0: float x (1, 2, 4, 4), 1: int64 v, 2: a float scalar, 3: float (3)
+    std::vector<std::pair<std::string, std::vector<int64_t>>> ints;
+  };
+  const std::vector<Variant> variants = {
+      {{}, {}},
+      {{0}, {}},
+      {{1}, {}},
+      {{0, 0}, {}},
+      {{0, 1}, {}},
+      {{0, 1, 1, 1, 1}, {}},
+      {{0, 0, 0, 0, 0}, {{"strides", {0, 0}}, {"kernel_shape", {0, 0}}, {"dilations", {0, 0}}}},
+      {{0, 0, 0}, {{"group", {0}}, {"axis", {99}}, {"perm", {5, 5}}, {"pads", {-1, -1, -1, -1}}}},
+      {{0, 1}, {{"axes", {99, 99}}, {"split", {100}}, {"to", {999}}, {"size", {0}}}},
+      {{0, 0}, {{"kernel_shape", {3, 3}}, {"strides", {1, 1}}, {"pads", {5, 5, 5, 5}}, {"output_shape", {-3, 100000}}}},
+      {{2}, {}},
+      {{3}, {}},
+      {{3, 3}, {}},
+      {{2, 1}, {}},
+      {{3, 2, 2, 2, 2}, {}},
+      {{0, 3, 3, 3, 3}, {{"axis", {-1}}}},
+      {{1, 1}, {{"axis", {0}}}},
+  };
+  int calls = 0, errors = 0;
+  for (const std::string& op : ro::supported_ops())
+    for (int64_t opset : {7, 13, 17})
+      for (const Variant& v : variants) {
+        ::onnx::ModelProto p;
+        p.set_ir_version(8);
+        p.add_opset_import()->set_version(opset);
+        auto* g = p.mutable_graph();
+        auto* n = g->add_node();
+        n->set_op_type(op);
+        n->set_name("hostile");
+        ro::RunArgs a;
+        for (size_t i = 0; i < v.inputs.size(); ++i) {
+          const std::string name = "in" + std::to_string(i);
+          auto* gi = g->add_input();
+          gi->set_name(name);
+          gi->mutable_type()->mutable_tensor_type()->set_elem_type(v.inputs[i] == 1 ? 7 : 1);
+          n->add_input(name);
+          a.values[name] = v.inputs[i] == 0 ? fx : v.inputs[i] == 1 ? ix : v.inputs[i] == 2 ? f0 : f1;
+        }
+        n->add_output("y");
+        n->add_output("y2");
+        for (const auto& [name, vals] : v.ints) {
+          auto* at = n->add_attribute();
+          at->set_name(name);
+          if (vals.size() == 1 && name != "axes" && name != "split") {
+            at->set_type(::onnx::AttributeProto::INT);
+            at->set_i(vals[0]);
+          } else {
+            at->set_type(::onnx::AttributeProto::INTS);
+            for (int64_t x : vals) at->add_ints(x);
+          }
+        }
+        g->add_output()->set_name("y");
+        ++calls;
+        try {
+          ro::Model m = ro::parse(p.SerializeAsString(), "hostile.onnx", "");
+          NoGrad ng;
+          ro::run(m, a);
+        } catch (const Error& e) {
+          ++errors;
+          EXPECT_NE(std::string(e.what()).find("hostile"), std::string::npos) << op << ": " << e.what();
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << op << " (opset " << opset << "): not a reckon::Error: " << e.what();
+        }
+      }
+  EXPECT_GT(errors, calls / 2);
+}

@@ -138,6 +138,11 @@ Tensor pad_const(const Tensor& x, const std::vector<int64_t>& pads, double value
 std::vector<std::pair<int64_t, int64_t>> window_pads(const Node& n, const Shape& x, const std::vector<int64_t>& k,
                                                      const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
   const size_t sp = k.size();
+  RK_CHECK(s.size() == sp && d.size() == sp && x.size() == sp + 2, "kernel_shape, strides and dilations need {} "
+           "entries each for a rank-{} input", x.size() - 2, x.size());
+  for (size_t i = 0; i < sp; ++i)
+    RK_CHECK(k[i] >= 1 && s[i] >= 1 && d[i] >= 1, "kernel_shape, strides and dilations must be positive, got {}, {} "
+             "and {}", fmt::join(k, "x"), fmt::join(s, "x"), fmt::join(d, "x"));
   std::vector<std::pair<int64_t, int64_t>> out(sp, {0, 0});
   const std::string ap = n.get_s("auto_pad", "NOTSET");
   if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
@@ -337,7 +342,12 @@ Outs conv_transpose_3d(Ctx& c, const Tensor& x, const Tensor& w, const Tensor& b
   auto pads = c.n.get_ints("pads", std::vector<int64_t>(6, 0));
   RK_CHECK(pads.size() == 6 && c.n.get_s("auto_pad", "NOTSET") == "NOTSET" && c.n.get_ints("output_shape").empty(),
            "3-D ConvTranspose supports explicit pads only");
-  const int64_t g = c.n.get_i("group", 1), N = x.size(0), Ci = x.size(1), Cig = Ci / g, Cog = w.size(1);
+  const int64_t g = c.n.get_i("group", 1);
+  RK_CHECK(g >= 1 && x.size(1) % g == 0 && w.size(0) == x.size(1) && w.dim() == 5, "group {} does not fit x {} and "
+           "weight {}", g, x.str(), w.str());
+  for (int i = 0; i < 3; ++i)
+    RK_CHECK(s[size_t(i)] >= 1 && d[size_t(i)] >= 1 && op[size_t(i)] >= 0, "strides and dilations must be positive");
+  const int64_t N = x.size(0), Ci = x.size(1), Cig = Ci / g, Cog = w.size(1);
   const int64_t Co = Cog * g;
   Shape ys{N, Co, 0, 0, 0};
   for (int i = 0; i < 3; ++i)
@@ -390,6 +400,10 @@ Outs conv_transpose(Ctx& c, Ins& in) {
   auto s = lift(c.n.get_ints("strides"), 1), d = lift(c.n.get_ints("dilations"), 1);
   auto op = lift(c.n.get_ints("output_padding"), 0);
   const int64_t g = c.n.get_i("group", 1);
+  RK_CHECK(g >= 1 && x.size(1) % g == 0 && w.size(0) == x.size(1), "group {} does not fit x {} and weight {}", g,
+           x.str(), w.str());
+  for (int i = 0; i < 2; ++i)
+    RK_CHECK(s[size_t(i)] >= 1 && d[size_t(i)] >= 1 && op[size_t(i)] >= 0, "strides and dilations must be positive");
   std::vector<int64_t> k{w.size(2), w.size(3)};
   std::vector<int64_t> pb(2, 0), pe(2, 0);
   const std::string ap = c.n.get_s("auto_pad", "NOTSET");
@@ -598,6 +612,7 @@ Outs unsqueeze(Ctx& c, Ins& in) {
   const int64_t r = x.dim() + int64_t(axes.size());
   for (auto& a : axes) a = norm_axis(a, r, "axis");
   std::sort(axes.begin(), axes.end());
+  RK_CHECK(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), "axes repeat an axis");
   Shape s;
   size_t j = 0, k = 0;
   for (int64_t i = 0; i < r; ++i)
@@ -621,12 +636,18 @@ Outs squeeze(Ctx& c, Ins& in) {
 
 Outs concat_op(Ctx& c, Ins& in) {
   RK_CHECK(!in.empty(), "Concat needs an input");
+  RK_CHECK(in[0].dim() >= 1, "Concat of scalars");
   const int64_t axis = norm_axis(c.n.get_i("axis", 0), in[0].dim(), "axis");
   bool all_host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return host_int(t); });
   if (!all_host) return {concat(in, axis)};
   Shape s = in[0].shape();
   s[size_t(axis)] = 0;
-  for (const Tensor& t : in) s[size_t(axis)] += t.size(axis);
+  for (const Tensor& t : in) {
+    bool fits = t.dim() == in[0].dim();
+    for (int64_t i = 0; fits && i < t.dim(); ++i) fits = i == axis || t.size(i) == in[0].size(i);
+    RK_CHECK(fits, "Concat of {} and {} along axis {}", in[0].str(), t.str(), axis);
+    s[size_t(axis)] += t.size(axis);
+  }
   Tensor y = Tensor::empty(s, in[0].dtype(), Device::cpu);
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= s[size_t(i)];
@@ -670,7 +691,9 @@ Outs slice_op(Ctx& c, Ins& in) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
   RK_CHECK(axes.size() == starts.size() && steps.size() == starts.size(), "starts, ends, axes and steps differ in length");
+  RK_CHECK(!starts.empty(), "Slice without starts and ends");
   if (host_int(x) && x.dim() == 1) {  // shapes: any step
+    RK_CHECK(starts.size() == 1 && (axes[0] == 0 || axes[0] == -1), "Slice of a 1-D integer tensor takes one axis, 0");
     const int64_t n = x.size(0);
     int64_t st = steps[0], b = starts[0], e = ends[0];
     RK_CHECK(st != 0, "Slice's step is 0");
@@ -717,6 +740,7 @@ Outs split_op(Ctx& c, Ins& in) {
   if (c.opset() >= 13 && in_at(in, 1).defined()) sizes = ints_of(in[1], "Split's split");
   else if (c.opset() < 13) sizes = c.n.get_ints("split");
   const int64_t n = int64_t(c.n.outputs.size());
+  RK_CHECK(n >= 1, "Split has no outputs");
   if (sizes.empty()) {
     RK_CHECK(x.size(axis) % n == 0, "dim {} of size {} does not split into {} equal parts", axis, x.size(axis), n);
     sizes.assign(size_t(n), x.size(axis) / n);
@@ -735,6 +759,7 @@ Outs split_op(Ctx& c, Ins& in) {
 Outs gather(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
   const Tensor& idx_t = in[1];
+  RK_CHECK(x.dim() >= 1, "Gather of a scalar");
   const int64_t axis = norm_axis(c.n.get_i("axis", 0), x.dim(), "axis");
   auto idx = ints_of(idx_t, "Gather's indices");
   const int64_t dim = x.size(axis);
@@ -948,6 +973,12 @@ const std::map<std::string, OpFn>& ops() {
       {"ConstantOfShape",
        [](Ctx& c, Ins& in) {
          auto s = ints_of(in[0], "ConstantOfShape's shape");
+         int64_t n = 1;
+         for (int64_t d : s) {
+           RK_CHECK(d >= 0 && (d == 0 || n <= (int64_t(1) << 32) / d), "shape [{}] is negative or over 2^32 elements",
+                    fmt::join(s, ", "));
+           n *= d;
+         }
          Tensor v = c.n.attr("value") ? c.n.attr("value")->t : Tensor::from_vector({0.0}, {1}, DType::f32);
          RK_CHECK(v.numel() == 1, "ConstantOfShape's value must have one element");
          if (is_int(v.dtype())) return Outs{host(std::vector<int64_t>(size_t(shape_numel(s)), int64_t(v.get(0))), s, v.dtype())};
@@ -955,6 +986,19 @@ const std::map<std::string, OpFn>& ops() {
        }},
   };
   return t;
+}
+
+// The inputs an operator cannot do without (at this opset).
+int min_inputs(const std::string& op, int64_t opset) {
+  static const std::map<std::string, int> t = {
+      {"Conv", 2}, {"ConvTranspose", 2}, {"Gemm", 2}, {"MatMul", 2}, {"Add", 2}, {"Sub", 2}, {"Mul", 2},
+      {"Div", 2}, {"Gather", 2}, {"Expand", 2}, {"BatchNormalization", 5}, {"Constant", 0}};
+  if (op == "Reshape") return opset >= 5 ? 2 : 1;
+  if (op == "Slice") return opset >= 10 ? 3 : 1;
+  if (op == "Pad") return opset >= 11 ? 2 : 1;
+  if (op == "Unsqueeze") return opset >= 13 ? 2 : 1;
+  auto it = t.find(op);
+  return it == t.end() ? 1 : it->second;
 }
 
 // Inputs that are read as constants (shapes, axes, bounds), per operator: an initializer read
@@ -1022,6 +1066,9 @@ std::vector<Tensor> run(const Model& m, const RunArgs& a) {
     auto it = table.find(n.op_type);
     RK_CHECK(it != table.end(), "[onnx] {}: {}, opset {}: operator {} is not supported by reckon (it maps {})", m.path,
              n.where(), m.opset, n.op_type, fmt::join(supported_ops(), ", "));
+    const int need = min_inputs(n.op_type, m.opset);
+    RK_CHECK(int(n.inputs.size()) >= need, "[onnx] {}: {}, opset {}: needs at least {} inputs, has {}", m.path,
+             n.where(), m.opset, need, n.inputs.size());
     Ins in;
     for (const auto& name : n.inputs) {
       in.push_back(lookup(name));

@@ -173,6 +173,7 @@ std::vector<Tensor> Contiguous::backward(const BackwardArgs& b, const Attrs&) { 
 std::vector<TensorSpec> Concat::infer(std::span<const Tensor> in, const Attrs& a) {
   RK_CHECK(!in.empty(), "[concat] no tensors to join");
   const Tensor& x0 = in[0];
+  RK_CHECK(x0.dim() >= 1, "[concat] cannot join scalars ({})", x0.str());
   int64_t d = normalize_dim("concat", a.dim, x0.dim());
   Shape s = x0.shape();
   s[size_t(d)] = 0;
