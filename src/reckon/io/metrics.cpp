@@ -1,6 +1,8 @@
 // CSV and JSON-lines metrics files (see metrics.h).
 #include "reckon/io/metrics.h"
 
+#include "reckon/io/files.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,16 +29,11 @@ int64_t file_size(const std::string& path) {
 
 // Opens path for appending; with mark >= 0 an existing file is first cut to mark bytes.
 // Returns the file and whether it was created empty (needs a header).
+// The file is opened through io::open_output: a symbolic link or a FIFO at the name is refused.
 std::FILE* open_log(const std::string& path, int64_t mark, bool& fresh) {
-  int64_t size = file_size(path);
-  fresh = mark < 0 || size < 0;
-  if (!fresh && size > mark) {
-    RK_CHECK(::truncate(path.c_str(), off_t(mark)) == 0, "[metrics] {}: cannot cut to {} bytes for the resume: {}",
-             path, mark, std::strerror(errno));
-  }
-  std::FILE* f = std::fopen(path.c_str(), fresh ? "wb" : "ab");
-  RK_CHECK(f != nullptr, "[metrics] {}: cannot open for writing: {}", path, std::strerror(errno));
-  return f;
+  const bool existed = file_size(path) >= 0;
+  fresh = mark < 0 || !existed;
+  return open_output(path, fresh ? 0 : mark, "metrics");
 }
 
 double unix_time() {

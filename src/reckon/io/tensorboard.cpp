@@ -2,6 +2,8 @@
 // of tensorflow.Event and Summary that scalars need, encoded by hand.
 #include "reckon/io/tensorboard.h"
 
+#include "reckon/io/files.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -112,14 +114,11 @@ EventWriter::EventWriter(const std::string& dir) { create_in(dir); }
 
 EventWriter::EventWriter(const std::string& file, int64_t bytes) {
   struct stat st {};
-  if (bytes <= 0 || ::stat(file.c_str(), &st) != 0 || int64_t(st.st_size) < bytes) {
+  if (bytes <= 0 || ::lstat(file.c_str(), &st) != 0 || int64_t(st.st_size) < bytes) {
     create_in(std::filesystem::path(file).parent_path().string());
     return;
   }
-  RK_CHECK(::truncate(file.c_str(), off_t(bytes)) == 0, "[tensorboard] {}: cannot cut to {} bytes for the resume: {}",
-           file, bytes, std::strerror(errno));
-  f_ = std::fopen(file.c_str(), "ab");
-  RK_CHECK(f_ != nullptr, "[tensorboard] {}: cannot open for appending: {}", file, std::strerror(errno));
+  f_ = open_output(file, bytes, "tensorboard");  // refuses a link or a FIFO at the name
   path_ = file;
   bytes_ = bytes;
 }
@@ -141,8 +140,7 @@ void EventWriter::create_in(const std::string& dir) {
     path_ = p.string();
     break;
   }
-  f_ = std::fopen(path_.c_str(), "wb");
-  RK_CHECK(f_ != nullptr, "[tensorboard] {}: cannot create: {}", path_, std::strerror(errno));
+  f_ = open_output(path_, 0, "tensorboard");
   bytes_ = 0;
   append(tfrecord(encode_file_version_event(unix_time())));
 }

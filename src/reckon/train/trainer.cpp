@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "reckon/io/checkpoint.h"
+#include "reckon/io/files.h"
 #include "reckon/io/metrics.h"
 #include "reckon/io/tensorboard.h"
 #include "reckon/ledger/ledger.h"
@@ -219,6 +220,8 @@ FileMarks restore(Run& r) {
     m.metrics.csv_bytes = st.at("metrics_csv_bytes").get<int64_t>();
     m.metrics.jsonl_bytes = st.at("metrics_jsonl_bytes").get<int64_t>();
     m.events_file = st.at("events_file").get<std::string>();
+    if (!m.events_file.empty())  // a name from the file: it must stay inside --out
+      io::check_plain_name(m.events_file, fmt::format("{}: metadata events_file", path));
     m.events_bytes = st.at("events_bytes").get<int64_t>();
     if (r.scaler && st.contains("scaler")) restore_scaler(*r.scaler, st.at("scaler"), path);
   } catch (const json::exception& e) {

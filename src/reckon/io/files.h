@@ -1,0 +1,22 @@
+// Opening the files a run writes inside its --out directory (metrics, TensorBoard events) so
+// that a name there cannot send the writes elsewhere: a symbolic link at the name is refused
+// (O_NOFOLLOW), and so is anything that is not a regular file (a FIFO would block an open for
+// writing; O_NONBLOCK, then fstat). Cutting a file back for a resume goes through the same
+// checked descriptor (ftruncate), never through the name again.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace reckon::io {
+
+// Opens (creating if missing) path for appending. cut_to >= 0 cuts a longer file to that many
+// bytes first; cut_to == 0 empties it. *size_before gets the file's size at the open (0 when new).
+// Throws naming `who`, the file and why.
+std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who, int64_t* size_before = nullptr);
+
+// A name read from a file (a checkpoint's metadata) that must be a plain file name inside the
+// run's directory: no '/', not "." or "..", not empty. Throws naming `what` and the value.
+void check_plain_name(const std::string& name, const std::string& what);
+
+}  // namespace reckon::io

@@ -1,0 +1,99 @@
+// A run writes only inside --out (issue 14's traversal class): a checkpoint whose metadata names
+// its TensorBoard file "../x" or "/abs/x" is refused on --resume, and a symbolic link or a FIFO
+// named metrics.csv or as the events file in --out is refused, with the file outside unchanged.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "reckon/io/safetensors.h"
+#include "reckon/train/trainer.h"
+
+using namespace reckon;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("reckon_confined_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+train::TrainConfig short_run(const fs::path& out) {
+  train::TrainConfig c;
+  c.model = "lenet5";
+  c.data = "synthetic:1x28x28:64:4";
+  c.epochs = 1;
+  c.batch = 16;
+  c.threads = 1;
+  c.verbose = 0;
+  c.out = out.string();
+  return c;
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OutputsConfined, ACheckpointsEventsFileNameCannotLeaveOut) {
+  const fs::path d = fresh_dir("events");
+  train::TrainConfig c = short_run(d / "run");
+  train::train(c);
+  const fs::path ck = d / "run" / "last.safetensors";
+  const std::string victim = (d / "victim.txt").string();
+  for (const std::string& bad : std::vector<std::string>{"../victim.txt", victim, "sub/../../victim.txt", ".."}) {
+    SCOPED_TRACE(bad);
+    { std::ofstream(victim) << "precious"; }
+    SafetensorsFile f = load_safetensors(ck.string());
+    auto st = nlohmann::json::parse(f.metadata.at("train_state"));
+    st["events_file"] = bad;
+    f.metadata["train_state"] = st.dump();
+    std::vector<std::pair<std::string, Tensor>> ts(f.tensors.begin(), f.tensors.end());
+    const fs::path crafted = d / "crafted";
+    fs::create_directories(crafted);
+    save_safetensors((crafted / "last.safetensors").string(), ts, f.metadata);
+    train::TrainConfig r = c;
+    r.out = crafted.string();
+    r.resume = true;
+    r.epochs = 2;
+    const std::string e = error_of([&] { train::train(r); });
+    EXPECT_NE(e.find("events_file"), std::string::npos) << e;
+    EXPECT_NE(e.find("not a plain file name"), std::string::npos) << e;
+    EXPECT_EQ(slurp(victim), "precious");
+    fs::remove_all(crafted);
+  }
+  fs::remove_all(d);
+}
+
+TEST(OutputsConfined, ALinkOrAFifoInOutIsNotWrittenThrough) {
+  const fs::path d = fresh_dir("links");
+  const fs::path victim = d / "victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  // metrics.csv as a symbolic link to a file outside --out.
+  fs::create_directories(d / "run");
+  fs::create_symlink(victim, d / "run" / "metrics.csv");
+  std::string e = error_of([&] { train::train(short_run(d / "run")); });
+  EXPECT_NE(e.find("metrics.csv"), std::string::npos) << e;
+  EXPECT_NE(e.find("symbolic link"), std::string::npos) << e;
+  EXPECT_EQ(slurp(victim), "precious");
+  // metrics.csv as a FIFO: an error, not a run blocked forever on the open.
+  fs::remove(d / "run" / "metrics.csv");
+  ASSERT_EQ(::mkfifo((d / "run" / "metrics.csv").c_str(), 0644), 0);
+  e = error_of([&] { train::train(short_run(d / "run")); });
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  fs::remove_all(d);
+}
