@@ -169,3 +169,12 @@ TEST(Autograd, BranchWithoutGradientIsSkipped) {
   sum(y).backward();
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{0, 1, 0, 0}));
 }
+
+TEST(Core, SizesThatOverflowAreErrors) {
+  const int64_t big = int64_t(1) << 40;
+  EXPECT_THROW(shape_numel({big, big}), Error);
+  EXPECT_THROW(Tensor::empty({big, big}, DType::f32, Device::meta), Error);
+  EXPECT_THROW(Tensor::empty({int64_t(1) << 62}, DType::f64, Device::meta), Error);  // bytes overflow
+  EXPECT_EQ(shape_numel({big, 4}), big * 4);
+  EXPECT_THROW(checked_mul(INT64_MAX, 2, "test"), Error);
+}

@@ -375,6 +375,15 @@ TEST_F(DataFiles, IdxTruncatedAtSeveralOffsets) {
   }
 }
 
+// Counts whose product passes 2^64 (16 x (2^32 - 1)^2) must not wrap to a small size.
+TEST_F(DataFiles, IdxHeaderWhoseSizeWrapsPast64Bits) {
+  const std::string d = sub("wrap");
+  const std::string header = be32(0x803) + be32(16) + be32(0xffffffffu) + be32(0xffffffffu);
+  write_raw(d + "/train-images-idx3-ubyte", header + std::string(64, '\0'));
+  write_raw(d + "/train-labels-idx1-ubyte", idx_labels(std::vector<int>(16, 1)));
+  EXPECT_FILE_ERROR(open_dataset("mnist:" + d, true), d + "/train-images-idx3-ubyte", "past 2^64 bytes");
+}
+
 TEST_F(DataFiles, IdxCorruptGzip) {
   // A big enough image file that its compressed stream is many bytes long.
   const std::string images = idx_images(50, 28, 28);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace reckon {
 
@@ -16,5 +17,13 @@ struct Error : std::runtime_error {
   do {                                                                  \
     if (!(cond)) throw ::reckon::Error(::fmt::format(__VA_ARGS__));     \
   } while (0)
+
+// a * b for sizes that come from files and arguments, or an Error saying `what` overflows int64
+// (the one helper the shape code, the data readers and the CLI share: issue 14's size class).
+inline int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Error(fmt::format("{}: {} x {} overflows a 64-bit size", what, a, b));
+  return r;
+}
 
 }  // namespace reckon

@@ -6,7 +6,9 @@ namespace reckon {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error(fmt::format("[shape] {} has more elements than a 64-bit size holds", shape_str(s)));
   return n;
 }
 
@@ -29,7 +31,8 @@ Shape contiguous_strides(const Shape& s) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
   for (auto d : shape) RK_CHECK(d >= 0, "[empty] negative dimension in shape {}", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(dev, shape_numel(shape) * int64_t(dtype_size(dtype)),
+  impl->storage = std::make_shared<Storage>(dev, checked_mul(shape_numel(shape), int64_t(dtype_size(dtype)),
+                                                        fmt::format("[empty] bytes of {}", shape_str(shape))),
                                             current_tag());
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);

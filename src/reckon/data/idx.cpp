@@ -205,11 +205,14 @@ std::unique_ptr<MemoryDataset> open_idx(const std::string& dir, bool train, int6
     throw file_error("idx", labels_path,
                      fmt::format("{} labels but {} has {} images (counts at offset 4 disagree)",
                                  labels.values.size(), images_path, n));
-  const uint64_t bytes = uint64_t(n) * rows * cols;
+  // Checked: three 32-bit counts can multiply past 2^64 and wrap to a small, plausible size.
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(uint64_t(n), uint64_t(rows), &bytes) || __builtin_mul_overflow(bytes, uint64_t(cols), &bytes))
+    bytes = UINT64_MAX;
   if (bytes > kMaxBytes)
     throw file_error("idx", images_path,
-                     fmt::format("the header declares {} images of {}x{}, {} bytes: more than this reader takes",
-                                 n, rows, cols, bytes));
+                     fmt::format("the header declares {} images of {}x{}{}: more than this reader takes", n, rows,
+                                 cols, bytes == UINT64_MAX ? " (past 2^64 bytes)" : fmt::format(", {} bytes", bytes)));
   std::vector<uint8_t> pixels = r.read_body(bytes, fmt::format("{} images of {}x{}", n, rows, cols));
 
   return std::make_unique<MemoryDataset>(name, Shape{1, int64_t(rows), int64_t(cols)}, num_classes,
