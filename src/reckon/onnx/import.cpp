@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "reckon/kernels/broadcast.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
@@ -56,55 +57,31 @@ Tensor host(const std::vector<int64_t>& v, const Shape& shape, DType dt = DType:
 }
 Tensor host1(const std::vector<int64_t>& v) { return host(v, {int64_t(v.size())}); }
 
-int64_t norm_axis(int64_t a, int64_t rank, const std::string& what) {
-  RK_CHECK(a >= -rank && a < std::max<int64_t>(rank, 1), "{} {} is out of range for rank {}", what, a, rank);
-  return a < 0 ? a + rank : a;
-}
-
-// Row-major strides of a shape.
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = int64_t(s.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i) + 1] * s[size_t(i) + 1];
-  return st;
-}
-// The element of a tensor of shape `in` that broadcasts to flat index `flat` of `out`.
-int64_t bcast_src(int64_t flat, const Shape& out, const Shape& in) {
-  int64_t src = 0, mul = 1;
-  for (int64_t d = int64_t(out.size()) - 1, e = int64_t(in.size()) - 1; d >= 0; --d, --e) {
-    int64_t idx = flat % out[size_t(d)];
-    flat /= out[size_t(d)];
-    if (e >= 0) {
-      if (in[size_t(e)] != 1) src += idx * mul;
-      mul *= in[size_t(e)];
-    }
-  }
-  return src;
+// A host copy of t's elements (in logical order) with shape s and dtype `to`.
+Tensor host_copy(const Tensor& t, const Shape& s, DType to) {
+  Tensor y = Tensor::empty(s, to, Device::cpu);
+  RK_CHECK(y.numel() == t.numel(), "cannot copy {} into [{}]", t.str(), fmt::join(s, ", "));
+  for (int64_t i = 0; i < t.numel(); ++i) y.set(i, t.get(i));
+  return y;
 }
 Tensor host_binary(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f, DType out_dt) {
   Shape s = broadcast_shapes("onnx", a.shape(), b.shape());
   Tensor y = Tensor::empty(s, out_dt, Device::cpu);
   Tensor ac = contiguous(a), bc = contiguous(b);
-  for (int64_t i = 0; i < shape_numel(s); ++i)
-    y.set(i, f(ac.get(bcast_src(i, s, a.shape())), bc.get(bcast_src(i, s, b.shape()))));
+  for_each_row(plan_broadcast(a.shape(), b.shape(), s),
+               [&](int64_t oa, int64_t ob, int64_t oy, int64_t n, int64_t sa, int64_t sb) {
+                 for (int64_t i = 0; i < n; ++i) y.set(oy + i, f(ac.get(oa + i * sa), bc.get(ob + i * sb)));
+               });
   return y;
 }
-// A host copy of t with a new shape (same element order).
-Tensor host_reshape(const Tensor& t, const Shape& s) {
-  Tensor y = Tensor::empty(s, t.dtype(), Device::cpu);
-  Tensor c = contiguous(t);
-  for (int64_t i = 0; i < t.numel(); ++i) y.set(i, c.get(i));
-  return y;
+Tensor reshape_any(const Tensor& t, const Shape& s) {
+  return host_int(t) ? host_copy(t, s, t.dtype()) : reshape(t, s);
 }
-Tensor reshape_any(const Tensor& t, const Shape& s) { return host_int(t) ? host_reshape(t, s) : reshape(t, s); }
 
 // A float tensor like `like` (dtype, device) holding the host tensor t's values.
 Tensor as_float_like(const Tensor& t, const Tensor& like) {
   if (!host_int(t)) return t;
-  if (like.device() == Device::cpu) {
-    Tensor y = Tensor::empty(t.shape(), like.dtype(), Device::cpu);
-    for (int64_t i = 0; i < t.numel(); ++i) y.set(i, t.get(i));
-    return y;
-  }
+  if (like.device() == Device::cpu) return host_copy(t, t.shape(), like.dtype());
   RK_CHECK(t.numel() == 1, "an integer tensor {} meets a float one on {}", t.str(), device_name(like.device()));
   return full(t.shape(), t.get(0), like.dtype(), like.device());
 }
@@ -270,13 +247,6 @@ Tensor pool2d(const Tensor& x, const Window& w, bool max, bool ceil_mode, bool i
   return y;
 }
 
-// A host integer tensor as f32 on the cpu, and back.
-Tensor host_convert(const Tensor& t, DType to) {
-  Tensor c = contiguous(t), y = Tensor::empty(t.shape(), to, Device::cpu);
-  for (int64_t i = 0; i < t.numel(); ++i) y.set(i, c.get(i));
-  return y;
-}
-
 // Pooling over 1-D, 2-D or 3-D windows: 1-D runs as (N, C, 1, L); 3-D as two 2-D poolings, over
 // (H, W) and then over D (a box's max or mean is the max or mean over D of those over H and W,
 // padding included, since a box's taps inside the input are a product of ranges).
@@ -287,7 +257,7 @@ Outs pool(Ctx& c, Ins& in, bool max) {
   const DType int_dtype = x.dtype();
   const bool was_int = host_int(x);
   RK_CHECK(!was_int || max, "AveragePool of integers is not supported");
-  if (was_int) x = host_convert(x, DType::f32);
+  if (was_int) x = host_copy(x, x.shape(), DType::f32);
   Window w;
   w.k = c.n.get_ints("kernel_shape");
   RK_CHECK(int64_t(w.k.size()) == sp, "kernel_shape needs {} entries, got {}", sp, w.k.size());
@@ -319,7 +289,7 @@ Outs pool(Ctx& c, Ins& in, bool max) {
                       nullptr, 0);
     y = reshape(contiguous(b), {xs[0], xs[1], b.size(2), ho, wo});
   }
-  if (was_int) y = host_convert(y, int_dtype);
+  if (was_int) y = host_copy(y, y.shape(), int_dtype);
   Outs out{y};
   if (want_indices) out.push_back(idx);
   return out;
@@ -477,7 +447,7 @@ Outs reduce(Ctx& c, Ins& in, bool is_mean, int64_t axes_input_from) {
   auto axes = axes_of(c, in, 1, axes_input_from);
   const bool keep = c.n.get_i("keepdims", 1) != 0;
   if (axes.empty() && c.n.get_i("noop_with_empty_axes", 0) != 0) return {x};
-  for (auto& a : axes) a = norm_axis(a, x.dim(), "axis");
+  for (auto& a : axes) a = normalize_dim(c.n.op_type, a, x.dim());
   std::sort(axes.begin(), axes.end());
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   if (axes.empty())
@@ -487,7 +457,7 @@ Outs reduce(Ctx& c, Ins& in, bool is_mean, int64_t axes_input_from) {
 
 Outs softmax_like(Ctx& c, Ins& in, bool log) {
   const Tensor& x = in[0];
-  int64_t axis = norm_axis(c.n.get_i("axis", c.opset() >= 13 ? -1 : 1), x.dim(), "axis");
+  int64_t axis = normalize_dim(c.n.op_type, c.n.get_i("axis", c.opset() >= 13 ? -1 : 1), x.dim());
   if (c.opset() >= 13 || axis == x.dim() - 1) return {log ? log_softmax(x, axis) : softmax(x, axis)};
   // Before opset 13: over the input coerced to 2-D at axis.
   int64_t rows = 1;
@@ -591,7 +561,7 @@ Outs reshape_op(Ctx& c, Ins& in) {
       else known *= s[i];
     if (infer >= 0) s[size_t(infer)] = known ? x.numel() / known : 0;
     RK_CHECK(shape_numel(s) == x.numel(), "cannot reshape {} to [{}]", x.str(), fmt::join(s, ", "));
-    return {host_reshape(x, s)};
+    return {host_copy(x, s, x.dtype())};
   }
   return {reshape(x, s)};
 }
@@ -610,7 +580,7 @@ Outs unsqueeze(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
   auto axes = axes_of(c, in, 1, 13);
   const int64_t r = x.dim() + int64_t(axes.size());
-  for (auto& a : axes) a = norm_axis(a, r, "axis");
+  for (auto& a : axes) a = normalize_dim(c.n.op_type, a, r);
   std::sort(axes.begin(), axes.end());
   RK_CHECK(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), "axes repeat an axis");
   Shape s;
@@ -624,7 +594,7 @@ Outs unsqueeze(Ctx& c, Ins& in) {
 Outs squeeze(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
   auto axes = axes_of(c, in, 1, 13);
-  for (auto& a : axes) a = norm_axis(a, x.dim(), "axis");
+  for (auto& a : axes) a = normalize_dim(c.n.op_type, a, x.dim());
   Shape s;
   for (int64_t i = 0; i < x.dim(); ++i) {
     bool drop = axes.empty() ? x.size(i) == 1 : std::find(axes.begin(), axes.end(), i) != axes.end();
@@ -637,7 +607,7 @@ Outs squeeze(Ctx& c, Ins& in) {
 Outs concat_op(Ctx& c, Ins& in) {
   RK_CHECK(!in.empty(), "Concat needs an input");
   RK_CHECK(in[0].dim() >= 1, "Concat of scalars");
-  const int64_t axis = norm_axis(c.n.get_i("axis", 0), in[0].dim(), "axis");
+  const int64_t axis = normalize_dim(c.n.op_type, c.n.get_i("axis", 0), in[0].dim());
   bool all_host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return host_int(t); });
   if (!all_host) return {concat(in, axis)};
   Shape s = in[0].shape();
@@ -711,7 +681,7 @@ Outs slice_op(Ctx& c, Ins& in) {
   }
   Tensor y = x;
   for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t ax = norm_axis(axes[i], x.dim(), "axis"), st = steps[i], n = y.size(ax);
+    const int64_t ax = normalize_dim(c.n.op_type, axes[i], x.dim()), st = steps[i], n = y.size(ax);
     RK_CHECK(st != 0, "Slice's step is 0");
     if (st == 1) {
       auto [b, e] = slice_range(starts[i], ends[i], n);
@@ -735,7 +705,7 @@ Outs slice_op(Ctx& c, Ins& in) {
 
 Outs split_op(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
-  const int64_t axis = norm_axis(c.n.get_i("axis", 0), x.dim(), "axis");
+  const int64_t axis = normalize_dim(c.n.op_type, c.n.get_i("axis", 0), x.dim());
   std::vector<int64_t> sizes;
   if (c.opset() >= 13 && in_at(in, 1).defined()) sizes = ints_of(in[1], "Split's split");
   else if (c.opset() < 13) sizes = c.n.get_ints("split");
@@ -760,7 +730,7 @@ Outs gather(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
   const Tensor& idx_t = in[1];
   RK_CHECK(x.dim() >= 1, "Gather of a scalar");
-  const int64_t axis = norm_axis(c.n.get_i("axis", 0), x.dim(), "axis");
+  const int64_t axis = normalize_dim(c.n.op_type, c.n.get_i("axis", 0), x.dim());
   auto idx = ints_of(idx_t, "Gather's indices");
   const int64_t dim = x.size(axis);
   for (auto& i : idx) {
@@ -1132,9 +1102,10 @@ OnnxModule::OnnxModule(std::shared_ptr<const Model> m, Device device)
       if (n.inputs[i].empty() || static_input(n.op_type, i)) continue;
       (n.op_type == "BatchNormalization" && i >= 3 ? stats_use : data_use).insert(n.inputs[i]);
     }
+  std::vector<Tensor> sources;  // the file's value of each bound_ entry
   auto adopt = [&](const std::string& name, const Tensor& t, bool parameter) {
-    Tensor mine = add_at_path(name, t.spec(), parameter);
-    bound_.emplace_back(name, mine);
+    bound_.emplace_back(name, add_at_path(name, t.spec(), parameter));
+    sources.push_back(t);
   };
   for (const auto& [name, t] : model_->initializers) {
     if (!is_floating(t.dtype())) continue;
@@ -1151,12 +1122,7 @@ OnnxModule::OnnxModule(std::shared_ptr<const Model> m, Device device)
   // The file's values, into this module's tensors.
   if (device == Device::cpu) {
     NoGrad no_grad;
-    size_t k = 0;
-    for (const auto& [name, t] : model_->initializers)
-      if (k < bound_.size() && bound_[k].first == name) copy_(bound_[k++].second, t);
-    for (const Node& n : model_->nodes)
-      if (k < bound_.size() && n.op_type == "Constant" && n.outputs.size() == 1 && bound_[k].first == n.outputs[0])
-        copy_(bound_[k++].second, n.attr("value")->t);
+    for (size_t k = 0; k < bound_.size(); ++k) copy_(bound_[k].second, sources[k]);
   }
 }
 
