@@ -11,7 +11,7 @@
 
 namespace reckon::io {
 
-std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who, int64_t* size_before) {
+std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int e = errno;
@@ -31,7 +31,6 @@ std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who,
     ::close(fd);
     throw Error(fmt::format("[{}] {}: cannot set it blocking: {}", who, path, std::strerror(errno)));
   }
-  if (size_before) *size_before = int64_t(st.st_size);
   if (cut_to >= 0 && int64_t(st.st_size) > cut_to && ::ftruncate(fd, off_t(cut_to)) != 0) {
     const int e = errno;
     ::close(fd);

@@ -11,9 +11,8 @@
 namespace reckon::io {
 
 // Opens (creating if missing) path for appending. cut_to >= 0 cuts a longer file to that many
-// bytes first; cut_to == 0 empties it. *size_before gets the file's size at the open (0 when new).
-// Throws naming `who`, the file and why.
-std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who, int64_t* size_before = nullptr);
+// bytes first; cut_to == 0 empties it. Throws naming `who`, the file and why.
+std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who);
 
 // A name read from a file (a checkpoint's metadata) that must be a plain file name inside the
 // run's directory: no '/', not "." or "..", not empty. Throws naming `what` and the value.

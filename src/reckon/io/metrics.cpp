@@ -1,8 +1,6 @@
 // CSV and JSON-lines metrics files (see metrics.h).
 #include "reckon/io/metrics.h"
 
-#include "reckon/io/files.h"
-
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reckon/core/error.h"
+#include "reckon/io/files.h"
 
 namespace reckon::io {
 

@@ -2,8 +2,6 @@
 // of tensorflow.Event and Summary that scalars need, encoded by hand.
 #include "reckon/io/tensorboard.h"
 
-#include "reckon/io/files.h"
-
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include <filesystem>
 
 #include "reckon/core/error.h"
+#include "reckon/io/files.h"
 
 namespace reckon::io {
 
