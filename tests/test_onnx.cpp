@@ -22,19 +22,13 @@
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
 #include "reckon/train/trainer.h"
+#include "test_util.h"
 
 using namespace reckon;
 namespace fs = std::filesystem;
 namespace ro = reckon::onnx;
 
 namespace {
-
-fs::path tmp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("reckon_onnx_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::string python() {
   const char* p = std::getenv("RECKON_PYTHON");
@@ -62,20 +56,6 @@ Tensor forward(nn::Module& m, const Tensor& x) {
   return m(x);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void write_bytes(const fs::path& p, const std::string& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(b.data(), std::streamsize(b.size()));
-}
-
 }  // namespace
 
 // ---- export: every zoo model, in ONNX Runtime ----
@@ -83,7 +63,7 @@ class ExportZoo : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExportZoo, PassesTheCheckerAndOnnxRuntimeAgreesAtAFixedAndADynamicBatch) {
   const std::string name = GetParam();
-  fs::path d = tmp_dir("zoo_" + name);
+  fs::path d = test_util::fresh_dir("onnx", "zoo_" + name);
   manual_seed(7);
   auto m = nn::make_model(name);
   // Batch norm's statistics and affine away from 0 and 1, so exporting them wrong shows.
@@ -136,18 +116,16 @@ TEST(OnnxExport, PreflightNamesEveryLayerThatDoesNotLower) {
   int training = 0;
   for (const auto& p : problems) training += p.str().find("training mode") != std::string::npos;
   EXPECT_EQ(training, 3);
-  EXPECT_NE(error_of([&] { ro::preflight(g, {.opset = 12}); }).find("opsets 13 to 17"), std::string::npos);
+  EXPECT_NE(test_util::error_of([&] { ro::preflight(g, {.opset = 12}); }).find("opsets 13 to 17"), std::string::npos);
   // A failed export leaves an existing file as it was.
-  fs::path d = tmp_dir("preflight");
-  write_bytes(d / "m.onnx", "old");
-  EXPECT_NE(error_of([&] {
+  fs::path d = test_util::fresh_dir("onnx", "preflight");
+  test_util::write_file(d / "m.onnx", "old");
+  EXPECT_NE(test_util::error_of([&] {
               ro::write_file_atomic((d / "m.onnx").string(),
                                       ro::export_graph(g, [](const graph::Value&) { return Tensor(); }));
             }).find("do not lower"),
             std::string::npos);
-  std::ifstream f(d / "m.onnx");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(s, "old");
+  EXPECT_EQ(test_util::read_file(d / "m.onnx"), "old");
   fs::remove_all(d);
 }
 
@@ -207,7 +185,7 @@ TEST(OnnxImport, RoundTripGivesTheSameGraphAndOutputs) {
 }
 
 TEST(OnnxImport, LedgerOfAnImportedModelEqualsTheZoo) {
-  fs::path d = tmp_dir("ledger");
+  fs::path d = test_util::fresh_dir("onnx", "ledger");
   for (const std::string name : {"resnet18_cifar", "lenet5", "alexnet_tv"}) {
     SCOPED_TRACE(name);
     manual_seed(1);
@@ -241,7 +219,7 @@ TEST(OnnxImport, LedgerOfAnImportedModelEqualsTheZoo) {
 }
 
 TEST(OnnxImport, FineTuningAnImportedLenet5MatchesTheZooModel) {
-  fs::path d = tmp_dir("finetune");
+  fs::path d = test_util::fresh_dir("onnx", "finetune");
   train::TrainConfig base;  // the recipe, one epoch
   base.epochs = 1;
   base.verbose = 0;
@@ -290,7 +268,9 @@ TEST(OnnxNodeTests, PassAtLeastAsManyAsOnnxRuntime) {
   for (const auto& r : results) {
     if (!r.eligible) continue;
     ++eligible;
-    if (!known(r.name)) EXPECT_TRUE(r.passed) << r.name << ": " << r.why;
+    if (!known(r.name)) {
+      EXPECT_TRUE(r.passed) << r.name << ": " << r.why;
+    }
     bool in_list = std::all_of(r.ops.begin(), r.ops.end(), [&](const std::string& o) { return listed.count(o) > 0; });
     if (in_list) ++listed_cases, listed_passed += r.passed;
   }
@@ -303,7 +283,7 @@ TEST(OnnxNodeTests, PassAtLeastAsManyAsOnnxRuntime) {
 class OnnxBad : public ::testing::Test {
  protected:
   void SetUp() override {
-    d_ = tmp_dir("bad");
+    d_ = test_util::fresh_dir("onnx", "bad");
     manual_seed(1);
     auto m = nn::make_model("lenet5");
     good_ = ro::export_module(*m, {1, 1, 28, 28});
@@ -313,14 +293,30 @@ class OnnxBad : public ::testing::Test {
   // The error of loading (and running) bytes written to a file of this name.
   std::string load_error(const std::string& bytes, const std::string& name = "m.onnx") {
     const std::string p = (d_ / name).string();
-    write_bytes(p, bytes);
-    return error_of([&] {
+    test_util::write_file(p, bytes);
+    try {  // "" when it loads and runs: the good file's cases expect that
       auto m = std::make_shared<const ro::Model>(ro::load(p));
       ro::OnnxModule mod(m);
       forward(mod, Tensor::zeros({1, 1, 28, 28}));
-    });
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
   }
   std::string load_error(const ::onnx::ModelProto& m) { return load_error(m.SerializeAsString()); }
+  // A copy of the model whose first initializer is external data at `location`; *t is that
+  // initializer, for more keys.
+  ::onnx::ModelProto with_external(const std::string& location, ::onnx::TensorProto** t = nullptr) {
+    auto m = proto_;
+    auto* init = m.mutable_graph()->mutable_initializer(0);
+    init->clear_raw_data();
+    init->set_data_location(::onnx::TensorProto::EXTERNAL);
+    auto* kv = init->add_external_data();
+    kv->set_key("location");
+    kv->set_value(location);
+    if (t) *t = init;
+    return m;
+  }
   fs::path d_;
   std::string good_;
   ::onnx::ModelProto proto_;
@@ -412,33 +408,20 @@ TEST_F(OnnxBad, NegativeAndOverflowingDims) {
 }
 
 TEST_F(OnnxBad, ExternalDataMustStayInTheModelsDirectory) {
-  write_bytes(d_ / ".." / "outside.bin", std::string(4096, '\0'));
+  test_util::write_file(d_ / ".." / "outside.bin", std::string(4096, '\0'));
   for (const std::string loc : {"../outside.bin", "/etc/passwd", "sub/../../outside.bin"}) {
-    auto m = proto_;
-    auto* t = m.mutable_graph()->mutable_initializer(0);
-    t->clear_raw_data();
-    t->set_data_location(::onnx::TensorProto::EXTERNAL);
-    auto* kv = t->add_external_data();
-    kv->set_key("location");
-    kv->set_value(loc);
-    std::string e = load_error(m);
+    std::string e = load_error(with_external(loc));
     EXPECT_TRUE(e.find("absolute") != std::string::npos || e.find("leaves the model's directory") != std::string::npos)
         << loc << ": " << e;
   }
   // A link inside the directory that points out of it.
   fs::create_symlink(d_ / ".." / "outside.bin", d_ / "link.bin");
-  auto m = proto_;
-  auto* t = m.mutable_graph()->mutable_initializer(0);
-  t->clear_raw_data();
-  t->set_data_location(::onnx::TensorProto::EXTERNAL);
-  auto* kv = t->add_external_data();
-  kv->set_key("location");
-  kv->set_value("link.bin");
-  EXPECT_NE(load_error(m).find("outside the model's directory"), std::string::npos);
+  EXPECT_NE(load_error(with_external("link.bin")).find("outside the model's directory"), std::string::npos);
   fs::remove(d_ / ".." / "outside.bin");
   // Inside, but past the end of the data file.
-  write_bytes(d_ / "w.bin", std::string(16, '\0'));
-  kv->set_value("w.bin");
+  test_util::write_file(d_ / "w.bin", std::string(16, '\0'));
+  ::onnx::TensorProto* t = nullptr;
+  auto m = with_external("w.bin", &t);
   auto* off = t->add_external_data();
   off->set_key("offset");
   off->set_value("8");
@@ -452,18 +435,17 @@ TEST_F(OnnxBad, OverTwoGiBIsRefusedBeforeReading) {
   const fs::path p = d_ / "huge.onnx";
   { std::ofstream f(p); }
   fs::resize_file(p, (uint64_t(1) << 31) + 10);  // sparse: no disk used
-  std::string e = error_of([&] { ro::load(p.string()); });
+  std::string e = test_util::error_of([&] { ro::load(p.string()); });
   EXPECT_NE(e.find("huge.onnx"), std::string::npos) << e;
   EXPECT_NE(e.find("2 GiB"), std::string::npos) << e;
 }
 
 TEST_F(OnnxBad, TheCommandsExitOneWithTheFileInTheMessage) {
-  write_bytes(d_ / "junk.onnx", "junk");
+  test_util::write_file(d_ / "junk.onnx", "junk");
   const std::string reckon = (fs::read_symlink("/proc/self/exe").parent_path() / "reckon").string();
   const std::string err = (d_ / "err.txt").string();
   EXPECT_EQ(run("'" + reckon + "' ledger '" + (d_ / "junk.onnx").string() + "' --batch 2 2>'" + err + "' >/dev/null"), 1);
-  std::ifstream f(err);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string s = test_util::read_file(err);
   EXPECT_NE(s.find("junk.onnx"), std::string::npos) << s;
 }
 
@@ -473,7 +455,7 @@ class Torchvision : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Torchvision, ImportsAndRunsAsOnnxRuntimeDoes) {
   const std::string name = GetParam();
-  const fs::path d = tmp_dir("tv_" + name);
+  const fs::path d = test_util::fresh_dir("onnx", "tv_" + name);
   const std::string p = d.string(), path = p + "/" + name + ".onnx";
   ASSERT_EQ(run(python() + " " RECKON_SOURCE_DIR "/scripts/export_torchvision.py " + p + " " + name + " >" + p +
                 "/log.txt 2>&1"), 0)
@@ -485,7 +467,9 @@ TEST_P(Torchvision, ImportsAndRunsAsOnnxRuntimeDoes) {
   io::write_npy(p + "/" + name + ".y.npy", forward(*m, x));
   EXPECT_EQ(run(ort_check() + " " + path + " " + p + "/" + name + ".x.npy " + p + "/" + name + ".y.npy"), 0) << name;
   // Torch's own count, where the exporter kept the batch norms (folded, they become conv biases).
-  if (!entry["bn_folded"].get<bool>()) EXPECT_EQ(m->num_parameters(), entry["params"].get<int64_t>());
+  if (!entry["bn_folded"].get<bool>()) {
+    EXPECT_EQ(m->num_parameters(), entry["params"].get<int64_t>());
+  }
   if (!entry["zoo"].is_null()) {
     LedgerConfig cfg;
     cfg.batch = 1;

@@ -11,22 +11,13 @@
 
 #include "reckon/io/safetensors.h"
 #include "reckon/train/trainer.h"
+#include "test_util.h"
 
 using namespace reckon;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("reckon_confined_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 train::TrainConfig short_run(const fs::path& out) {
   train::TrainConfig c;
   c.model = "lenet5";
@@ -38,19 +29,10 @@ train::TrainConfig short_run(const fs::path& out) {
   c.out = out.string();
   return c;
 }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(OutputsConfined, ACheckpointsEventsFileNameCannotLeaveOut) {
-  const fs::path d = fresh_dir("events");
+  const fs::path d = test_util::fresh_dir("confined", "events");
   train::TrainConfig c = short_run(d / "run");
   train::train(c);
   const fs::path ck = d / "run" / "last.safetensors";
@@ -70,30 +52,30 @@ TEST(OutputsConfined, ACheckpointsEventsFileNameCannotLeaveOut) {
     r.out = crafted.string();
     r.resume = true;
     r.epochs = 2;
-    const std::string e = error_of([&] { train::train(r); });
+    const std::string e = test_util::error_of([&] { train::train(r); });
     EXPECT_NE(e.find("events_file"), std::string::npos) << e;
     EXPECT_NE(e.find("not a plain file name"), std::string::npos) << e;
-    EXPECT_EQ(slurp(victim), "precious");
+    EXPECT_EQ(test_util::read_file(victim), "precious");
     fs::remove_all(crafted);
   }
   fs::remove_all(d);
 }
 
 TEST(OutputsConfined, ALinkOrAFifoInOutIsNotWrittenThrough) {
-  const fs::path d = fresh_dir("links");
+  const fs::path d = test_util::fresh_dir("confined", "links");
   const fs::path victim = d / "victim.txt";
   { std::ofstream(victim) << "precious"; }
   // metrics.csv as a symbolic link to a file outside --out.
   fs::create_directories(d / "run");
   fs::create_symlink(victim, d / "run" / "metrics.csv");
-  std::string e = error_of([&] { train::train(short_run(d / "run")); });
+  std::string e = test_util::error_of([&] { train::train(short_run(d / "run")); });
   EXPECT_NE(e.find("metrics.csv"), std::string::npos) << e;
   EXPECT_NE(e.find("symbolic link"), std::string::npos) << e;
-  EXPECT_EQ(slurp(victim), "precious");
+  EXPECT_EQ(test_util::read_file(victim), "precious");
   // metrics.csv as a FIFO: an error, not a run blocked forever on the open.
   fs::remove(d / "run" / "metrics.csv");
   ASSERT_EQ(::mkfifo((d / "run" / "metrics.csv").c_str(), 0644), 0);
-  e = error_of([&] { train::train(short_run(d / "run")); });
+  e = test_util::error_of([&] { train::train(short_run(d / "run")); });
   EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
   fs::remove_all(d);
 }

@@ -30,6 +30,7 @@
 #include "reckon/io/safetensors.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/train/trainer.h"
+#include "test_util.h"
 
 using namespace reckon;
 namespace fs = std::filesystem;
@@ -38,21 +39,9 @@ namespace {
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
-fs::path test_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("reckon_train_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
+using test_util::read_file;
+using test_util::write_file;
+fs::path test_dir(const std::string& name) { return test_util::fresh_dir("train", name); }
 
 // ---- running the binary ----
 

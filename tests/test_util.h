@@ -2,7 +2,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "reckon/core/error.h"
@@ -23,6 +28,26 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "no error thrown";
   return "";
+}
+
+// A new, empty directory under the system's temp directory, one per process and name:
+// reckon_<prefix>_<name>_<pid> (removed first if a run before left it).
+inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path d = fs::temp_directory_path() / ("reckon_" + prefix + "_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A file's bytes ("" when it cannot be read), and bytes written to a file.
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+inline void write_file(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 }  // namespace reckon::test_util
