@@ -159,6 +159,34 @@ Register reg[] = {
     Register({"conv2d_backward_weight", "3x3 s2 p1 with bias",
               [](DType t, Generator& g) { return V{rnd({2, 4, 4, 4}, t, g), rnd({2, 3, 7, 7}, t, g)}; },
               runner<Conv2dBackwardWeight>({{{2, 2}, {1, 1}, {1, 1}, 1}, {4, 3, 3, 3}, true}), false, {}, {}}),
+    // fused ops (the inference engine's passes make them)
+    Register({"conv2d_fused", "3x3 s1 p1 bias+relu6+sum+relu",
+              [](DType t, Generator& g) {
+                return V{rnd({2, 3, 7, 7}, t, g), rnd({4, 3, 3, 3}, t, g), rnd({4}, t, g), rnd({2, 4, 7, 7}, t, g)};
+              },
+              runner<FusedConv2d>({{{1, 1}, {1, 1}, {1, 1}, 1}, {{"clamp", 0, 6}, {"sum"}, {"relu"}}}), false, {},
+              {[] { call<FusedConv2d>({Tensor::zeros({1, 3, 7, 7}), Tensor::zeros({4, 3, 3, 3}), Tensor()},
+                                      {{}, {{"sum"}}}); },
+               [] { call<FusedConv2d>({Tensor::zeros({1, 3, 7, 7}), Tensor::zeros({4, 3, 3, 3}), Tensor(),
+                                       Tensor::zeros({1, 4, 5, 4})}, {{}, {{"sum"}}}); },
+               [] { call<FusedConv2d>({Tensor::zeros({1, 3, 7, 7}), Tensor::zeros({4, 3, 3, 3})}, {{}, {{"swish"}}}); }}}),
+    Register({"conv2d_fused", "depthwise s2 hardswish, no bias",
+              [](DType t, Generator& g) { return V{rnd({1, 4, 7, 7}, t, g), rnd({4, 1, 3, 3}, t, g), Tensor()}; },
+              runner<FusedConv2d>({{{2, 2}, {1, 1}, {1, 1}, 4}, {{"hardswish", 1.0 / 6, 0.5}}}), false, {}, {}}),
+    Register({"linear_fused", "4x6 -> 4x3 bias+silu+sum",
+              [](DType t, Generator& g) {
+                return V{rnd({4, 6}, t, g), rnd({3, 6}, t, g), rnd({3}, t, g), rnd({4, 3}, t, g)};
+              },
+              runner<FusedLinear>({{{"silu"}, {"sum"}}}), false, {},
+              {[] { call<FusedLinear>({Tensor::zeros({4, 6}), Tensor::zeros({3, 6}), Tensor()}, {{{"sum"}, {"sum"}}}); }}}),
+    Register({"elementwise_fused", "affine+clamp+sigmoid+tanh+gelu+exp+log+square",
+              [](DType t, Generator& g) { return V{rnd({2, 3, 5}, t, g, -2.0, 2.0)}; },
+              runner<FusedElementwise>({{{"affine", 0.5, 3.0}, {"clamp", 2.0, 3.5}, {"sigmoid"}, {"tanh"}, {"gelu"},
+                                         {"exp"}, {"log"}, {"square"}, {"relu", 0.1}}}),
+              false, {},
+              {[] { call<FusedElementwise>({Tensor::zeros({2})}, {{{"sum"}}}); },
+               [] { call<FusedElementwise>({Tensor::zeros({2})}, {}); },
+               [] { call<FusedElementwise>({Tensor::zeros({2}, DType::i64)}, {{{"relu"}}}); }}}),
 };
 }  // namespace
 }  // namespace reckon::harness

@@ -36,6 +36,8 @@ void to_j(json& j, const T& v) {
     j = std::string(conv_algorithm_name(v));
   } else if constexpr (std::is_same_v<T, Reduction>) {
     j = std::string(reduction_name(v));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    j = v;
   } else if constexpr (std::is_arithmetic_v<T>) {
     j = v;
   } else {  // std::array, std::vector (Shape)
@@ -93,6 +95,9 @@ void from_j(const json& j, T& v, const std::string& path) {
     else if (j == "mean") v = Reduction::mean;
     else if (j == "sum") v = Reduction::sum;
     else fail("none, mean or sum");
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!j.is_string()) fail("a string");
+    v = j.get<std::string>();
   } else if constexpr (std::is_same_v<T, bool>) {
     if (!j.is_boolean()) fail("true or false");
     v = j.get<bool>();
@@ -194,6 +199,8 @@ OpInfo info_of() {
   }
   if constexpr (requires { Op::kNotExportable; }) i.not_exportable = Op::kNotExportable;
   i.is_view = HasViewKernel<Op>;
+  i.takes_strided = takes_strided<Op>();
+  i.has_in_place = HasInPlace<Op>;
   i.op_class = op_class<Op>();
   i.call = &call_entry<Op>;
   i.copy_attrs = &copy_entry<Op>;

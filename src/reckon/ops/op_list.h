@@ -8,6 +8,7 @@
 
 #include "reckon/ops/conv.h"
 #include "reckon/ops/elementwise.h"
+#include "reckon/ops/fused.h"
 #include "reckon/ops/loss.h"
 #include "reckon/ops/matmul.h"
 #include "reckon/ops/norm.h"
@@ -26,7 +27,7 @@
   X(UnaryBackward<TanhF>) X(UnaryBackward<ExpF>) X(UnaryBackward<LogF>) X(UnaryBackward<SquareF>) \
   X(Matmul) X(Linear)                                                                           \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                      \
-  RK_POOL_OPS(X) RK_NORM_OPS(X) RK_LOSS_OPS(X) RK_WRITE_OPS(X) RK_UPDATE_OPS(X)
+  RK_POOL_OPS(X) RK_NORM_OPS(X) RK_LOSS_OPS(X) RK_WRITE_OPS(X) RK_UPDATE_OPS(X) RK_FUSED_OPS(X)
 
 namespace reckon {
 
@@ -67,6 +68,8 @@ struct OpInfo {
   std::vector<std::string> (*to_onnx)(OnnxArgs& args, const void* attrs) = nullptr;
   std::string_view not_exportable;
   bool is_view = false;
+  bool takes_strided = false;   // its kernels read strided inputs (else callers make them dense)
+  bool has_in_place = false;    // some output may be an input written in place (Op::alias_of)
   bool random = false;          // draws a seed per call (Op::reseed)
   OpClass op_class = OpClass::other;
   // call<Op>(in, attrs) with the attributes given as a pointer to Op::Attrs.
