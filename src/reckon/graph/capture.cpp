@@ -44,6 +44,8 @@ struct Capture::State {
   };
   std::unordered_map<ViewKey, Entry, ViewHash> values;
   std::optional<ObserveOps> observer;
+  bool* keep = nullptr;                      // the Capture's keep_leaves_
+  std::unordered_map<int, Tensor>* kept = nullptr;
 
   std::optional<int> find(const Tensor& t) const {
     auto it = values.find(key_of(t));
@@ -63,6 +65,7 @@ struct Capture::State {
     v.name = t.name();
     const int id = g.add_value(std::move(v));
     bind(t, id);
+    if (*keep) kept->emplace(id, t.detach());
     return id;
   }
 
@@ -105,6 +108,8 @@ struct Capture::State {
 };
 
 Capture::Capture() : s_(std::make_unique<State>()) {
+  s_->keep = &keep_leaves_;
+  s_->kept = &leaf_tensors_;
   s_->observer.emplace([s = s_.get()](const OpRecord& r) { s->on_record(r); });
 }
 
@@ -119,7 +124,9 @@ void Capture::declare(const Tensor& t, ValueKind k, std::string name) {
   v.tag = t.storage().tag();
   v.kind = k;
   v.name = std::move(name);
-  s_->bind(t, s_->g.add_value(std::move(v)));
+  const int id = s_->g.add_value(std::move(v));
+  s_->bind(t, id);
+  if (keep_leaves_) leaf_tensors_.emplace(id, t.detach());
 }
 
 void Capture::mark_output(const Tensor& t) {

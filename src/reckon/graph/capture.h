@@ -14,6 +14,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "reckon/graph/graph.h"
 
@@ -30,6 +31,12 @@ class Capture {
   void declare(const Tensor& t, ValueKind k, std::string name);
   // Marks t's current value as an output of the graph (throws if the graph never saw t).
   void mark_output(const Tensor& t);
+  // Keeps a handle on each leaf's tensor from now on (declared or first read), so a caller can
+  // bind the graph's leaves to data after the run (the inference engine reads a forward's
+  // constants so). Off by default: a capture then holds no tensor.
+  void keep_leaf_tensors() { keep_leaves_ = true; }
+  // The leaves' tensors kept so far, by value id (empty unless keep_leaf_tensors()).
+  const std::unordered_map<int, Tensor>& leaf_tensors() const { return leaf_tensors_; }
   // The id of t's current value, -1 when the graph has not seen it.
   int value_of(const Tensor& t) const;
   const Graph& graph() const;
@@ -39,6 +46,8 @@ class Capture {
  private:
   struct State;
   std::unique_ptr<State> s_;
+  bool keep_leaves_ = false;
+  std::unordered_map<int, Tensor> leaf_tensors_;
 };
 
 }  // namespace reckon::graph
