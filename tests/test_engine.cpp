@@ -19,6 +19,8 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
+#include "reckon/data/dataset.h"
+#include "reckon/train/eval.h"
 #include "test_util.h"
 
 using namespace reckon;
@@ -361,4 +363,60 @@ TEST(EngineViews, ChannelShuffleSlicesAndSums) {
     }
   } m;
   check_passes(m, random_tensor({2, 8, 3, 5}, 3), "channel shuffle");
+}
+
+// ---- reckon eval's path: the engine over a real test set gives the eager answers ----
+TEST(EngineEval, FashionMnistTestSetThroughTheEngineMatchesEager) {
+  auto m = nn::make_model("lenet5");
+  auto test_set = data::open_dataset("fashion-mnist", false, 0);
+  const auto eager_r = train::evaluate(*m, *test_set, {}, 512, DType::f32, true, false);
+  const auto engine_r = train::evaluate(*m, *test_set, {}, 512, DType::f32, true, true);
+  EXPECT_EQ(eager_r.runner, "eager");
+  EXPECT_EQ(engine_r.runner, "engine");
+  ASSERT_EQ(engine_r.samples, 10000);
+  ASSERT_EQ(engine_r.outputs.size(), eager_r.outputs.size());
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < eager_r.outputs.size(); ++i) {
+    worst = std::max(worst, double(std::abs(engine_r.outputs[i] - eager_r.outputs[i])));
+    largest = std::max(largest, double(std::abs(eager_r.outputs[i])));
+  }
+  EXPECT_LE(worst, 1e-5 * std::max(1.0, largest));
+  EXPECT_NEAR(engine_r.loss, eager_r.loss, 1e-5 * eager_r.loss);
+  EXPECT_NEAR(engine_r.accuracy, eager_r.accuracy, 1.5e-4);  // an argmax tie may flip one sample
+}
+
+// ---- the commands ----
+TEST(EngineCli, BenchInferAndTheDeploymentLedgerPrintTheirFigures) {
+  const fs::path d = test_util::fresh_dir("engine", "cli");
+  auto r = test_util::run_cli({"bench-infer", "lenet5", "--batch", "4", "--threads", "1", "--iters", "20", "--json"}, d);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["iterations"].get<int>(), 20);
+  EXPECT_GT(j["images_per_s"].get<double>(), 0);
+  EXPECT_LE(j["p50_ms"].get<double>(), j["p99_ms"].get<double>());
+  EXPECT_EQ(j["kernel_steps"].get<int>(), 0);
+  EXPECT_EQ(j["passes"].size(), en::pass_names().size());
+
+  r = test_util::run_cli({"ledger", "lenet5", "--batch", "4", "--inference", "--measure", "--json"}, d);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  const auto& t = j["totals"];
+  EXPECT_EQ(t["macs"].get<int64_t>(), 4 * 416520);  // lenet5's forward MACs per image (reckon models)
+  EXPECT_GT(t["predicted_latency_ms"].get<double>(), 0);
+  EXPECT_EQ(j["measured"]["arena_bytes"].get<int64_t>(), t["arena_bytes"].get<int64_t>());
+  EXPECT_EQ(j["measured"]["run_allocations"].get<int64_t>(), 0);
+  EXPECT_EQ(t["file_bytes"]["fp32"].get<int64_t>(), 4 * 61706);
+  EXPECT_LT(t["file_bytes"]["int8"].get<int64_t>(), t["file_bytes"]["bf16"].get<int64_t>());
+  for (const auto& s : j["steps"]) EXPECT_GE(s["measured_ms"].get<double>(), 0) << s["name"];
+
+  // Bad input: one line naming the argument, exit 1 (or 2 for a usage error).
+  r = test_util::run_cli({"bench-infer", "lenet5", "--precision", "bf16"}, d);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--precision bf16"), std::string::npos) << r.err;
+  r = test_util::run_cli({"bench-infer", "lenet5", "--passes", "fuse_everything"}, d);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown pass 'fuse_everything'"), std::string::npos) << r.err;
+  r = test_util::run_cli({"bench-infer", "lenet5", "--precision", "int4"}, d);
+  EXPECT_EQ(r.exit_code, 2);
+  fs::remove_all(d);
 }

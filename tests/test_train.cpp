@@ -43,35 +43,11 @@ using test_util::read_file;
 using test_util::write_file;
 fs::path test_dir(const std::string& name) { return test_util::fresh_dir("train", name); }
 
-// ---- running the binary ----
-
-std::string reckon_binary() {
-  return (fs::read_symlink("/proc/self/exe").parent_path() / "reckon").string();
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct CliResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out, err;
-};
-
-CliResult run_cli(const std::vector<std::string>& args, const fs::path& dir) {
-  std::string cmd = shell_quote(reckon_binary());
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  fs::path out = dir / "cli.out", err = dir / "cli.err";
-  cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
-  int status = std::system(cmd.c_str());
-  CliResult r;
-  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
-}
+// ---- running the binary (test_util.h) ----
+using test_util::CliResult;
+using test_util::reckon_binary;
+using test_util::run_cli;
+using test_util::shell_quote;
 
 // The command failed cleanly: status 1, exactly one line on stderr holding every needle.
 void expect_one_line_error(const std::vector<std::string>& args, const fs::path& dir,

@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <exception>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "reckon/core/error.h"
 
@@ -48,6 +50,35 @@ inline std::string read_file(const std::filesystem::path& p) {
 inline void write_file(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary);
   f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// The reckon binary next to the test binary, run with args in dir (stdout and stderr kept).
+inline std::string reckon_binary() {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "reckon").string();
+}
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CliResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+inline CliResult run_cli(const std::vector<std::string>& args, const std::filesystem::path& dir) {
+  std::string cmd = shell_quote(reckon_binary());
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  std::filesystem::path out = dir / "cli.out", err = dir / "cli.err";
+  cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
+  int status = std::system(cmd.c_str());
+  CliResult r;
+  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
 }
 
 }  // namespace reckon::test_util

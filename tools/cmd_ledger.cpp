@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "reckon/core/error.h"
+#include "reckon/ledger/inference.h"
 #include "reckon/ledger/ledger.h"
 
 using namespace reckon;
@@ -33,7 +34,28 @@ struct LedgerArgs {
   int measure_steps = 3;
   bool json = false;
   bool recalibrate = false;
+  bool inference = false;
+  std::vector<std::string> passes{"all"};
+  bool plain_layouts = false;
 };
+
+// --inference: the deployment ledger (ledger/inference.h).
+int run_inference(const LedgerArgs& a) {
+  InferenceConfig cfg;
+  cfg.batch = a.batch;
+  if (!a.input.empty()) cfg.input = tools::parse_input(a.input, "ledger");
+  RK_CHECK(a.precision == "fp32", "[ledger] --inference --precision {}: the engine runs fp32 only (bf16 and int8 are not built yet)",
+           a.precision);
+  cfg.device = a.device;
+  cfg.passes = a.passes;
+  if (cfg.passes.size() == 1 && cfg.passes[0] == "none") cfg.passes.clear();
+  cfg.blocked_layouts = !a.plain_layouts;
+  cfg.measure = a.measure;
+  cfg.progress = [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
+  InferenceLedger l = inference_ledger(a.model, cfg);
+  std::fputs((a.json ? inference_json(l) : format_inference(l)).c_str(), stdout);
+  return 0;
+}
 
 
 int run(const LedgerArgs& a) {
@@ -59,6 +81,7 @@ int run(const LedgerArgs& a) {
     forget_cpu_calibration();
     std::remove(device_cache_path().c_str());
   }
+  if (a.inference) return run_inference(a);
   Ledger l = ledger(a.model, cfg);
   std::fputs((a.json ? ledger_json(l) : format_ledger(l)).c_str(), stdout);
   return 0;
@@ -89,6 +112,10 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   sub->add_option("--measure-steps", a.measure_steps, "timed steps with --measure")->capture_default_str();
   sub->add_flag("--json", a.json, "print JSON instead of tables");
   sub->add_flag("--recalibrate", a.recalibrate, "measure this cpu again (peak, bandwidth, per-op overhead)");
+  sub->add_flag("--inference", a.inference,
+                "the deployment ledger: latency, arena and size of the inference engine's forward (with --measure: run it)");
+  sub->add_option("--passes", a.passes, "with --inference: engine passes (all, none, or names)")->delimiter(',');
+  sub->add_flag("--plain-layouts", a.plain_layouts, "with --inference: keep every value NCHW");
   return [] { return run(a); };
 });
 

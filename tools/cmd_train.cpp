@@ -116,7 +116,7 @@ tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runn
     if (a.json) {
       nlohmann::json j{{"model", a.model},       {"checkpoint", a.checkpoint}, {"data", a.data},
                        {"samples", r.samples},   {"loss", r.loss},             {"accuracy", r.accuracy},
-                       {"classes", r.class_names}, {"seconds", r.seconds}};
+                       {"classes", r.class_names}, {"seconds", r.seconds}, {"runner", r.runner}};
       std::vector<std::vector<int64_t>> m(size_t(r.num_classes));
       for (int64_t t = 0; t < r.num_classes; ++t)
         m[size_t(t)].assign(r.confusion.begin() + t * r.num_classes, r.confusion.begin() + (t + 1) * r.num_classes);
@@ -124,8 +124,9 @@ tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runn
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    std::printf("%s on %s (test split, %lld samples): loss %.4f, top-1 accuracy %.2f%%\n", a.model.c_str(),
-                a.data.c_str(), (long long)r.samples, r.loss, 100 * r.accuracy);
+    std::printf("%s on %s (test split, %lld samples): loss %.4f, top-1 accuracy %.2f%% (%.2f s, %s)\n", a.model.c_str(),
+                a.data.c_str(), (long long)r.samples, r.loss, 100 * r.accuracy, r.seconds,
+                r.runner == "engine" ? "the inference engine" : "eager");
     std::printf("%s", train::format_confusion(r).c_str());
     return 0;
   };

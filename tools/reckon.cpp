@@ -21,7 +21,14 @@ int main(int argc, char** argv) {
     auto run = setup(app, sub);
     subs.push_back({sub, std::move(run)});
   }
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors (unknown options, bad values, a missing argument) exit 2, as the design says; CLI11
+  // prints them. --help is not an error.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   try {
     for (auto& [sub, run] : subs)
       if (sub && sub->parsed()) return run();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "reckon/engine/engine.h"
 #include "reckon/io/checkpoint.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/onnx/import.h"
@@ -36,7 +37,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t
 }
 
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision, bool keep_outputs) {
+                    DType precision, bool keep_outputs, bool use_engine) {
   auto t0 = Clock::now();
   EvalResult r;
   r.num_classes = ds.num_classes();
@@ -55,12 +56,24 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Norm
   int64_t right = 0;
   std::vector<int64_t> pred;
   data::Batch b;
+  use_engine = use_engine && precision == DType::f32 && model.device() == Device::cpu;
+  r.runner = use_engine ? "engine" : "eager";
+  std::vector<std::pair<int64_t, std::unique_ptr<engine::Engine>>> engines;  // by batch size
+  auto forward = [&](const Tensor& x) {
+    if (!use_engine) return model(x);
+    auto it = std::find_if(engines.begin(), engines.end(), [&](const auto& e) { return e.first == x.size(0); });
+    if (it == engines.end()) {
+      engines.emplace_back(x.size(0), std::make_unique<engine::Engine>(engine::make_program(model, x.shape())));
+      it = engines.end() - 1;
+    }
+    return it->second->run(contiguous(x));
+  };
   {
     NoGrad ng;
     Autocast ac(precision);
     while (loader.next(b)) {
       check_labels(b, K, ds.name(), 0);
-      Tensor logits = model(b.x);
+      Tensor logits = forward(b.x);
       if (keep_outputs) {
         const Tensor l = contiguous(logits);
         const float* p = l.data<float>();
@@ -132,7 +145,7 @@ EvalResult evaluate_checkpoint(const std::string& model_name, const std::string&
     auto train_set = data::open_dataset(spec, true, 0);
     norm = parse_normalize(normalize, *train_set);
   }
-  return evaluate(*model, *test_set, norm, batch, DType::f32, keep_outputs);
+  return evaluate(*model, *test_set, norm, batch, DType::f32, keep_outputs, /*use_engine=*/true);
 }
 
 }  // namespace reckon::train

@@ -22,18 +22,22 @@ struct EvalResult {
   std::vector<std::string> class_names;
   double seconds = 0.0;
   std::vector<float> outputs;  // (samples, K) row-major, when asked for (keep_outputs)
+  std::string runner = "eager";  // what ran the forward passes: "engine" (engine/engine.h) or "eager"
 };
 
 // Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds, under
 // autocast to `precision` (f32: none) as a mixed-precision run trains: the forward then never
 // takes more memory than a training micro-batch of the same size (an fp32 forward could: its
 // convolutions may pick Winograd, whose workspace the bf16 ones do not need).
+// With `use_engine` (f32 on the cpu) the forward passes run through the inference engine, one
+// engine per batch size (built from the model's weights as they are now, so the trainer, whose
+// weights change between evaluations and whose memory budget counts each tensor, evaluates eagerly).
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
-                    DType precision = DType::f32, bool keep_outputs = false);
+                    DType precision = DType::f32, bool keep_outputs = false, bool use_engine = false);
 
 // `reckon eval`: builds model_name (a zoo name or an .onnx file) for data's test split, loads
 // the checkpoint (a reckon checkpoint or a plain state dict; "" for an .onnx file's own
-// weights) and evaluates. normalize as TrainConfig::normalize, where "auto" means the
+// weights) and evaluates through the inference engine. normalize as TrainConfig::normalize, where "auto" means the
 // checkpoint's own figures when it has them.
 EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& data,
                                const std::string& normalize = "auto", int64_t batch = 500, int threads = 0,

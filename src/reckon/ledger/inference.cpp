@@ -1,0 +1,276 @@
+#include "reckon/ledger/inference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "reckon/ledger/ledger.h"
+#include "reckon/onnx/import.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/op_list.h"
+
+namespace reckon {
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+double pct(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5))];
+}
+
+// A chain of one-element steps (no pass fuses them), to time what a step costs beyond its work.
+class Chain : public nn::Module {
+ public:
+  Chain() : Module("chain", Device::cpu) {}
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x;
+    for (int i = 0; i < 64; ++i) y = i % 2 ? relu(y) : affine(y, 1.0, 0.0);
+    return y;
+  }
+};
+
+// The weights' bytes at fp32, bf16 and int8 (conv and linear weights as int8 with one fp32 scale
+// per output channel, their biases as int32; every other constant stays fp32).
+void file_sizes(const engine::Program& p, InferenceLedger& l) {
+  std::vector<int> role(p.graph.values.size(), 0);  // 1: a conv/linear weight, 2: its bias
+  for (const auto& n : p.graph.nodes) {
+    const OpClass c = op_info(n.op).op_class;
+    if ((c == OpClass::conv || c == OpClass::linear) && n.inputs.size() > 1 && p.is_constant(n.inputs[1])) {
+      role[size_t(n.inputs[1])] = 1;
+      if (n.inputs.size() > 2 && p.is_constant(n.inputs[2])) role[size_t(n.inputs[2])] = 2;
+    }
+  }
+  for (const auto& [id, t] : p.constants) {
+    if (!is_floating(t.dtype())) continue;
+    const int64_t n = t.numel();
+    l.params += n;
+    l.file_fp32 += 4 * n;
+    l.file_bf16 += 2 * n;
+    l.file_int8 += role[size_t(id)] == 1 ? n + 4 * t.size(0) : 4 * n;
+  }
+}
+}  // namespace
+
+double engine_step_overhead_s() {
+  static const double s = [] {
+    Chain m;
+    engine::EngineOptions o;
+    o.passes = {};
+    engine::Engine e(engine::make_program(m, {1}), o);
+    Tensor x = Tensor::zeros({1}), y = Tensor::empty({1});
+    for (int i = 0; i < 50; ++i) e.run(x, y);
+    std::vector<double> t;
+    for (int i = 0; i < 200; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      e.run(x, y);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return median(t) / double(e.steps().size());
+  }();
+  return s;
+}
+
+InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg) {
+  RK_CHECK(cfg.batch >= 1, "[ledger] --batch must be >= 1, got {}", cfg.batch);
+  auto say = [&](const std::string& s) {
+    if (cfg.progress) cfg.progress(s);
+  };
+  InferenceLedger l;
+  l.model = model_name;
+  l.config = cfg;
+  say("calibrating " + cfg.device);
+  l.device = device_spec(cfg.device);
+  l.step_overhead_s = l.device.name == "cpu" ? engine_step_overhead_s() : l.device.op_overhead_s;
+  Shape in = cfg.input.empty() ? onnx::model_input_shape(model_name) : cfg.input;
+  in.insert(in.begin(), cfg.batch);
+  l.input_shape = in;
+  if (onnx::is_onnx_path(model_name)) l.onnx_file_bytes = int64_t(std::filesystem::file_size(model_name));
+
+  engine::EngineOptions o;
+  o.passes = cfg.passes;
+  o.blocked_layouts = cfg.blocked_layouts;
+  say("compiling " + model_name + " on the meta device");
+  nn::ModelConfig mc;
+  mc.device = Device::meta;
+  auto meta = onnx::make_model(model_name, mc);
+  engine::Program prog = engine::make_program(*meta, in);
+  file_sizes(prog, l);
+  engine::Engine e(std::move(prog), o);
+  l.output_shape = e.output_shape();
+  l.passes = e.passes();
+  l.reorders = e.reorders();
+  {
+    engine::EngineOptions plain = o;
+    plain.blocked_layouts = false;
+    engine::Engine p(engine::make_program(*meta, in), plain);
+    l.reorders_plain = p.reorders();
+  }
+  l.arena_bytes = e.arena_bytes();
+  l.values_bytes = e.values_bytes();
+  l.weight_bytes = e.weight_bytes();
+  const double peak = l.device.peak("fp32"), bw = l.device.bandwidth_bytes;
+  for (const auto& s : e.steps()) {
+    InferenceRow r;
+    r.step = s;
+    double flops = double(2 * s.cost.macs + s.cost.flops);
+    if (s.impl.find("wino") != std::string::npos && l.device.winograd_speedup > 0)
+      flops = double(2 * s.cost.macs) / l.device.winograd_speedup + double(s.cost.flops);
+    r.flops = double(2 * s.cost.macs + s.cost.flops);
+    const double tc = flops / peak, tm = double(s.bytes_moved) / bw;
+    r.predicted_s = std::max(tc, tm) + l.step_overhead_s;
+    r.bound = l.step_overhead_s > std::max(tc, tm) ? "overhead" : tc >= tm ? "compute" : "memory";
+    l.macs += s.cost.macs;
+    l.bytes_moved += s.bytes_moved;
+    l.predicted_s += r.predicted_s;
+    l.rows.push_back(std::move(r));
+  }
+
+  if (cfg.measure) {
+    say("measuring on this cpu");
+    auto m = onnx::make_model(model_name);
+    engine::Program p = engine::make_program(*m, in);
+    m.reset();
+    const int64_t before = tracker(Device::cpu).stats().live_bytes[size_t(Tag::activation)];
+    engine::Engine real(std::move(p), o);
+    l.measured_arena_bytes = tracker(Device::cpu).stats().live_bytes[size_t(Tag::activation)] - before;
+    RK_CHECK(real.steps().size() == e.steps().size(),
+             "[ledger] the engine built with data has {} steps, on meta {}", real.steps().size(), e.steps().size());
+    Tensor x = Tensor::empty(in), y = Tensor::empty(real.output_shape());
+    fill_normal_(x, 0.0, 1.0);
+    for (int i = 0; i < 5; ++i) real.run(x, y);
+    const int64_t allocs0 = tracker(Device::cpu).stats().num_allocs;
+    std::vector<double> lat;
+    for (int i = 0; i < std::max(cfg.measure_runs, 5); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      real.run(x, y);
+      lat.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> best;
+    for (int i = 0; i < std::max(cfg.measure_runs / 2, 5); ++i) {
+      auto t = real.run_timed(x, y);
+      if (best.empty()) best = t;
+      for (size_t k = 0; k < t.size(); ++k) best[k] = std::min(best[k], t[k]);
+    }
+    l.run_allocations = tracker(Device::cpu).stats().num_allocs - allocs0;
+    for (size_t k = 0; k < best.size() && k < l.rows.size(); ++k) l.rows[k].measured_s = best[k];
+    l.measured = true;
+    l.measured_p50_s = pct(lat, 50);
+    l.measured_p90_s = pct(lat, 90);
+  }
+  return l;
+}
+
+namespace {
+std::string ms(double s) { return fmt::format("{:.3f}", 1e3 * s); }
+std::string err(double pred, double meas) { return meas > 0 ? fmt::format("{:+.1f}%", 100.0 * (pred - meas) / meas) : "-"; }
+}  // namespace
+
+std::string format_inference(const InferenceLedger& l) {
+  std::string o;
+  auto line = [&](const std::string& s) { o += s + "\n"; };
+  line(fmt::format("deployment ledger: {}, input {}, fp32, on {} ({})", l.model, shape_str(l.input_shape), l.device.name,
+                   l.device.description));
+  line(fmt::format("  roofline: {:.1f} GFLOP/s fp32, {:.1f} GB/s, {:.2f} us per engine step", l.device.peak("fp32") / 1e9,
+                   l.device.bandwidth_bytes / 1e9, 1e6 * l.step_overhead_s));
+  line("");
+  std::string head = fmt::format("  {:<30} {:<34} {:>10} {:>11} {:>9} {:>10} {:>12}", "layer", "fused op", "MACs",
+                                 "bytes moved", "bound", "pred ms", "arena offset");
+  if (l.measured) head += fmt::format(" {:>10} {:>8}", "meas ms", "error");
+  line(head);
+  for (const auto& r : l.rows) {
+    const auto& s = r.step;
+    std::string row = fmt::format("  {:<30} {:<34} {:>10} {:>11} {:>9} {:>10} {:>12}", s.name.substr(0, 30),
+                                  s.op.substr(0, 34), format_count(s.cost.macs), format_count(s.bytes_moved), r.bound,
+                                  ms(r.predicted_s), s.out_offset < 0 ? std::string("-") : format_count(s.out_offset));
+    if (l.measured) row += fmt::format(" {:>10} {:>8}", ms(r.measured_s), err(r.predicted_s, r.measured_s));
+    line(row);
+  }
+  line("");
+  line("totals");
+  const double b = double(l.config.batch);
+  line(fmt::format("  latency per request (batch {})  predicted {} ms{}", l.config.batch, ms(l.predicted_s),
+                   l.measured ? fmt::format(", measured p50 {} ms (p90 {} ms), error {}", ms(l.measured_p50_s),
+                                            ms(l.measured_p90_s), err(l.predicted_s, l.measured_p50_s))
+                              : ""));
+  line(fmt::format("  requests/s                       {:.1f} ({:.1f} images/s){}", 1.0 / l.predicted_s, b / l.predicted_s,
+                   l.measured ? fmt::format(", measured {:.1f} ({:.1f} images/s)", 1.0 / l.measured_p50_s,
+                                            b / l.measured_p50_s)
+                              : ""));
+  line(fmt::format("  MACs                             {}", format_count(l.macs)));
+  line(fmt::format("  bytes moved                      {}", format_count(l.bytes_moved)));
+  line(fmt::format("  arena                            {} ({} if no two values shared){}", format_mib(l.arena_bytes),
+                   format_mib(l.values_bytes),
+                   l.measured ? fmt::format(", measured {} ({}), {} allocations in the timed runs",
+                                            format_mib(l.measured_arena_bytes),
+                                            l.measured_arena_bytes == l.arena_bytes ? "exact" : "differs", l.run_allocations)
+                              : ""));
+  line(fmt::format("  weights in the engine's layouts  {}", format_mib(l.weight_bytes)));
+  line(fmt::format("  file size                        fp32 {}, bf16 {}, int8 {} ({} weights){}", format_mib(l.file_fp32),
+                   format_mib(l.file_bf16), format_mib(l.file_int8), format_count(l.params),
+                   l.onnx_file_bytes >= 0 ? fmt::format("; the .onnx file: {}", format_mib(l.onnx_file_bytes)) : ""));
+  line(fmt::format("  reorders per run                 {} (plain layouts: {})", l.reorders, l.reorders_plain));
+  line("");
+  line("what each pass saved");
+  line(fmt::format("  {:<24} {:>9} {:>14} {:>18}", "pass", "rewrites", "ops", "bytes moved"));
+  for (const auto& p : l.passes)
+    line(fmt::format("  {:<24} {:>9} {:>6} -> {:<5} {:>8} -> {}", p.name, p.rewrites, p.nodes_before, p.nodes_after,
+                     format_count(p.bytes_before), format_count(p.bytes_after)));
+  line(fmt::format("  {:<24} {:>9} {:>6} -> {:<5}", "choose_layouts", l.reorders_plain - l.reorders, l.reorders_plain,
+                   l.reorders));
+  line("  (choose_layouts: reorders per run with every value plain -> with the layouts chosen once)");
+  return o;
+}
+
+std::string inference_json(const InferenceLedger& l) {
+  using nlohmann::json;
+  json rows = json::array();
+  for (const auto& r : l.rows) {
+    const auto& s = r.step;
+    json j{{"name", s.name},           {"op", s.op},         {"kind", s.kind},           {"macs", s.cost.macs},
+           {"flops", r.flops},         {"bytes_moved", s.bytes_moved}, {"weight_bytes", s.weight_bytes},
+           {"arena_offset", s.out_offset}, {"out_bytes", s.out_bytes}, {"scratch_bytes", s.scratch_bytes},
+           {"impl", s.impl},           {"in_place", s.in_place}, {"bound", r.bound}, {"predicted_ms", 1e3 * r.predicted_s}};
+    if (l.measured) j["measured_ms"] = 1e3 * r.measured_s;
+    rows.push_back(j);
+  }
+  json passes = json::array();
+  for (const auto& p : l.passes)
+    passes.push_back({{"name", p.name}, {"rewrites", p.rewrites}, {"nodes_before", p.nodes_before},
+                      {"nodes_after", p.nodes_after}, {"bytes_before", p.bytes_before}, {"bytes_after", p.bytes_after},
+                      {"flops_before", p.flops_before}, {"flops_after", p.flops_after}});
+  json j{{"model", l.model},
+         {"input", l.input_shape},
+         {"output", l.output_shape},
+         {"batch", l.config.batch},
+         {"device", l.device.name},
+         {"step_overhead_us", 1e6 * l.step_overhead_s},
+         {"steps", rows},
+         {"passes", passes},
+         {"totals",
+          {{"predicted_latency_ms", 1e3 * l.predicted_s},
+           {"requests_per_s", 1.0 / l.predicted_s},
+           {"images_per_s", double(l.config.batch) / l.predicted_s},
+           {"macs", l.macs},
+           {"bytes_moved", l.bytes_moved},
+           {"arena_bytes", l.arena_bytes},
+           {"values_bytes", l.values_bytes},
+           {"weight_bytes", l.weight_bytes},
+           {"params", l.params},
+           {"file_bytes", {{"fp32", l.file_fp32}, {"bf16", l.file_bf16}, {"int8", l.file_int8}, {"onnx", l.onnx_file_bytes}}},
+           {"reorders_per_run", l.reorders},
+           {"reorders_plain_layouts", l.reorders_plain}}}};
+  if (l.measured)
+    j["measured"] = {{"p50_ms", 1e3 * l.measured_p50_s},
+                     {"p90_ms", 1e3 * l.measured_p90_s},
+                     {"arena_bytes", l.measured_arena_bytes},
+                     {"run_allocations", l.run_allocations}};
+  return j.dump(1) + "\n";
+}
+
+}  // namespace reckon

@@ -1,0 +1,74 @@
+// The deployment ledger: what serving a model costs, before it serves. "Deployment looks at
+// latency and size": it compiles the model with the inference engine (engine/engine.h) on the
+// meta device (no weights needed) and reads the compiled step list: per step the fused op, its
+// MACs, the bytes it moves in the layouts the engine chose, its arena offset and its latency on
+// a device's roofline (this cpu calibrated as the training ledger does, with the engine's own
+// per-step overhead); totals: latency per request, requests/s, arena and weight bytes, the file
+// size at fp32, bf16 and int8, reorders per run; and what each pass saved. With `measure` the
+// same engine is built with data on this cpu and run: measured latency per step and in total,
+// the arena the run used and the allocations it made, beside the prediction with the error.
+// Not here: batching policy, queueing, several models on one device.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "reckon/core/tensor.h"
+#include "reckon/engine/engine.h"
+#include "reckon/ledger/devices.h"
+
+namespace reckon {
+
+struct InferenceConfig {
+  int64_t batch = 1;
+  Shape input;                             // (C, H, W); empty: the model's
+  std::string device = "cpu";
+  std::vector<std::string> passes{"all"};  // engine passes ({}: none)
+  bool blocked_layouts = true;
+  bool measure = false;
+  int measure_runs = 50;                   // timed runs with measure (after warm-up)
+  std::function<void(const std::string&)> progress;
+};
+
+struct InferenceRow {
+  engine::StepInfo step;
+  double flops = 0;            // 2 x MACs + other FLOPs
+  double predicted_s = 0;
+  std::string bound;           // "compute", "memory" or "overhead": what the roofline's max is
+  double measured_s = -1;      // with measure: the fastest of the timed runs
+};
+
+struct PassSaving {
+  engine::PassReport report;
+};
+
+struct InferenceLedger {
+  std::string model;
+  InferenceConfig config;
+  DeviceSpec device;
+  double step_overhead_s = 0;  // fixed time per engine step on this device
+  Shape input_shape, output_shape;
+  std::vector<InferenceRow> rows;
+  std::vector<engine::PassReport> passes;
+  int reorders = 0, reorders_plain = 0;  // per run, and with plain layouts (what choosing them saved)
+  int64_t macs = 0, bytes_moved = 0;
+  int64_t arena_bytes = 0, values_bytes = 0, weight_bytes = 0;
+  int64_t params = 0;                      // constant elements (weights, biases, statistics)
+  int64_t file_fp32 = 0, file_bf16 = 0, file_int8 = 0;  // weights' bytes at each precision
+  int64_t onnx_file_bytes = -1;            // the .onnx file's own size, when the model is one
+  double predicted_s = 0;                  // latency per request (one batch)
+  // measure:
+  bool measured = false;
+  double measured_p50_s = 0, measured_p90_s = 0;
+  int64_t measured_arena_bytes = 0;   // live bytes the engine's arena took on the cpu
+  int64_t run_allocations = 0;        // allocations made by the timed runs (0: none)
+};
+
+InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg);
+std::string format_inference(const InferenceLedger& l);
+std::string inference_json(const InferenceLedger& l);
+// The engine's fixed time per step on this cpu: a chain of 64 one-element steps, timed (median).
+double engine_step_overhead_s();
+
+}  // namespace reckon
