@@ -412,3 +412,35 @@ TEST(EngineCli, BenchInferAndTheDeploymentLedgerPrintTheirFigures) {
   EXPECT_EQ(r.exit_code, 2);
   fs::remove_all(d);
 }
+
+// ---- a residual that is also the convolution's input: never written in place ----
+TEST(EngineMemory, AResidualThatIsTheConvolutionsInputIsCopiedNotOverwritten) {
+  class M : public nn::Module {
+   public:
+    M() : Module("m", Device::cpu) {
+      conv0 = register_module("conv0", std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{1, 1, 1, 1, true}));
+      conv = register_module("conv", std::make_shared<nn::Conv2d>(8, 8, 3, nn::Conv2dOptions{1, 1, 1, 1, true}));
+      fc0 = register_module("fc0", std::make_shared<nn::Linear>(8 * 24 * 24, 16));
+      fc = register_module("fc", std::make_shared<nn::Linear>(16, 16));
+    }
+    std::shared_ptr<nn::Conv2d> conv0, conv;
+    std::shared_ptr<nn::Linear> fc0, fc;
+    Tensor forward(const Tensor& x) override {
+      Tensor h = relu((*conv0)(x));                   // in the layout the next convolution takes
+      Tensor y = relu(add((*conv)(h), h));           // conv(h) + h: h is both input and residual
+      Tensor g = relu((*fc0)(reshape(y, {y.size(0), 8 * 24 * 24})));
+      return add((*fc)(g), g);                        // the same for a linear layer
+    }
+  } m;
+  check_passes(m, random_tensor({2, 8, 24, 24}, 6), "conv(x) + x");
+  // oneDNN's convolution and inner product do not take dst over src: the residual that is also
+  // the input is copied (this oneDNN happened to compute the aliased call right at these sizes).
+  en::Engine e(en::make_program(m, {2, 8, 24, 24}));
+  int fused = 0;
+  for (const auto& s : e.steps())
+    if (s.op.find("+sum") != std::string::npos) {
+      ++fused;
+      EXPECT_FALSE(s.in_place) << s.name << " " << s.op;
+    }
+  EXPECT_EQ(fused, 2);
+}

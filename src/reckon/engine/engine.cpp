@@ -382,7 +382,9 @@ struct Engine::Impl {
     bool in_place = false;
     if (r >= 0) {
       const int rv = ev_of(r);
-      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc()) {
+      // In place only over a buffer the primitive does not also read as its input (conv(x) + x).
+      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc() &&
+          !(vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer)) {
         y = rv;
         in_place = true;
       } else {
@@ -431,7 +433,9 @@ struct Engine::Impl {
     bool in_place = false;
     if (r >= 0) {
       const int rv = ev_of(r);
-      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc()) {
+      // In place only over a buffer the primitive does not also read as its input (conv(x) + x).
+      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc() &&
+          !(vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer)) {
         y = rv;
         in_place = true;
       } else {
