@@ -410,6 +410,12 @@ TEST(EngineCli, BenchInferAndTheDeploymentLedgerPrintTheirFigures) {
   EXPECT_NE(r.err.find("unknown pass 'fuse_everything'"), std::string::npos) << r.err;
   r = test_util::run_cli({"bench-infer", "lenet5", "--precision", "int4"}, d);
   EXPECT_EQ(r.exit_code, 2);
+  // A thread count OpenMP would try to start: refused before anything runs.
+  for (const char* cmd : {"bench-infer", "bench-train"}) {
+    r = test_util::run_cli({cmd, "lenet5", "--threads", "100000"}, d);
+    EXPECT_EQ(r.exit_code, 1) << cmd;
+    EXPECT_NE(r.err.find("--threads must be between 0"), std::string::npos) << cmd << ": " << r.err;
+  }
   fs::remove_all(d);
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "reckon/train/config.h"
 #include "reckon/engine/engine.h"
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/onnx/import.h"
@@ -47,7 +48,7 @@ int cmd_bench_infer(const Args& a) {
   RK_CHECK(a.precision == "fp32",
            "[bench-infer] --precision {}: the engine runs fp32 only (bf16 and int8 engines are not built yet)",
            a.precision);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  train::ThreadsGuard threads(a.threads);
   manual_seed(a.seed);
   auto model = onnx::make_model(a.model, {});
   Shape in = a.input.empty() ? onnx::model_input_shape(a.model, {}) : tools::parse_input(a.input, "bench-infer");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "reckon/train/config.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
@@ -48,7 +49,7 @@ double peak_rss_mib() {
 int cmd_bench_train(const BenchArgs& a) {
   RK_CHECK(a.batch >= 1 && a.steps >= 1 && a.warmup >= 0 && a.threads >= 0 && a.size >= 0,
            "bench-train: --batch and --steps must be >= 1, --warmup, --threads and --size >= 0");
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  train::ThreadsGuard threads(a.threads);
   if (!a.conv_algo.empty()) set_conv_algorithm(parse_conv_algorithm(a.conv_algo, "--conv-algo"));
   manual_seed(a.seed);
   auto model = onnx::make_model(a.model, {});

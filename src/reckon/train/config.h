@@ -78,7 +78,9 @@ optim::OptimizerSpec optimizer_spec(const TrainConfig& c);
 optim::ScheduleSpec schedule_spec(const TrainConfig& c, int64_t steps_per_epoch);
 
 // Sets OpenMP's thread count for a scope (when n > 0) and restores it after, so a library
-// call leaves its caller's setting as it was.
+// call leaves its caller's setting as it was. requires: 0 <= n <= kMaxThreads (else an Error
+// naming --threads).
+inline constexpr int kMaxThreads = 1024;
 class ThreadsGuard {
  public:
   explicit ThreadsGuard(int n);
