@@ -152,8 +152,8 @@ TEST_P(EngineZoo, EveryPassKeepsTheOutputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engine, EngineZoo,
-                         ::testing::Values("tinycnn", "lenet5", "alexnet", "alexnet_tv", "vgg11", "resnet18",
-                                           "resnet18_cifar", "mobilenet_v2", "resnet50"),
+                         ::testing::Values("tinycnn", "lenet5", "alexnet", "alexnet_tv", "vgg11", "vgg16", "resnet18",
+                                           "resnet34", "resnet18_cifar", "mobilenet_v2", "resnet50"),
                          [](const auto& info) { return info.param; });
 
 // ---- what the passes make of the zoo ----
