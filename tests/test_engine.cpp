@@ -29,14 +29,8 @@ namespace en = reckon::engine;
 
 namespace {
 
-std::string python() {
-  const char* p = std::getenv("RECKON_PYTHON");
-  return p && *p ? p : "python3";
-}
-int run_cmd(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
+using test_util::python;
+using test_util::run_shell;
 
 Tensor random_tensor(const Shape& s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   Generator g(seed);
@@ -323,7 +317,7 @@ TEST_P(EngineTorchvision, EveryPassKeepsTheOutputs) {
   const std::string name = GetParam();
   const fs::path d = test_util::fresh_dir("engine", "tv_" + name);
   const std::string p = d.string(), path = p + "/" + name + ".onnx";
-  ASSERT_EQ(run_cmd(python() + " " RECKON_SOURCE_DIR "/scripts/export_torchvision.py " + p + " " + name + " >" + p +
+  ASSERT_EQ(run_shell(python() + " " RECKON_SOURCE_DIR "/scripts/export_torchvision.py " + p + " " + name + " >" + p +
                     "/log.txt 2>&1"), 0)
       << "scripts/export_torchvision.py failed (pip install torch torchvision): see " << p << "/log.txt";
   auto m = onnx::make_model(path);

@@ -30,15 +30,8 @@ namespace ro = reckon::onnx;
 
 namespace {
 
-std::string python() {
-  const char* p = std::getenv("RECKON_PYTHON");
-  return p && *p ? p : "python3";
-}
-
-int run(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
+using test_util::python;
+int run(const std::string& cmd) { return test_util::run_shell(cmd); }
 
 std::string ort_check() { return python() + " " + RECKON_SOURCE_DIR "/scripts/onnx_ort_check.py"; }
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,17 @@ inline std::string read_file(const std::filesystem::path& p) {
 inline void write_file(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary);
   f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// The python3 the tests run their oracle scripts with: $RECKON_PYTHON, else the one on PATH.
+inline std::string python() {
+  const char* p = std::getenv("RECKON_PYTHON");
+  return p && *p ? p : "python3";
+}
+// A shell command's exit status (128 when it did not exit normally).
+inline int run_shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 // The reckon binary next to the test binary, run with args in dir (stdout and stderr kept).

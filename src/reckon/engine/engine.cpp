@@ -327,6 +327,21 @@ struct Engine::Impl {
   int reads_of(const Node& n, int gv) const { return int(std::count(n.inputs.begin(), n.inputs.end(), gv)); }
   void set_out(const Node& n, int ev) { stored[size_t(n.outputs[0])] = ev; }
 
+  // The output of a conv or linear step whose input is xin: a new buffer, or with a sum post-op
+  // (residual r) the residual's own buffer when it dies here and is not also the input (oneDNN
+  // does not take dst over src: conv(x) + x), else a private copy of the residual to sum into.
+  int product_dst(const Node& n, int r, int xin, const memory::desc& dst, const Shape& ys, bool& in_place) {
+    in_place = false;
+    if (r < 0) return new_arena(dst, ys, DType::f32);
+    const int rv = ev_of(r);
+    const bool shares_input = vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer;
+    if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == dst && !shares_input) {
+      in_place = true;
+      return rv;
+    }
+    return as(rv, dst, /*private_copy=*/true);
+  }
+
   // ---- lowering, op by op: false = not lowered (the op's own kernel runs it) ----
   bool lower_conv(const Node& n, const ConvAttrs& a, const std::vector<PostOp>& post) {
     const int x = n.inputs[0], w = n.inputs[1];
@@ -378,21 +393,8 @@ struct Engine::Impl {
       wc = add_val(std::move(g));
     }
     const int win = as(wc, pd->weights_desc());
-    int y;
     bool in_place = false;
-    if (r >= 0) {
-      const int rv = ev_of(r);
-      // In place only over a buffer the primitive does not also read as its input (conv(x) + x).
-      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc() &&
-          !(vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer)) {
-        y = rv;
-        in_place = true;
-      } else {
-        y = as(rv, pd->dst_desc(), /*private_copy=*/true);
-      }
-    } else {
-      y = new_arena(pd->dst_desc(), ys, DType::f32);
-    }
+    const int y = product_dst(n, r, xin, pd->dst_desc(), ys, in_place);
     vals[size_t(y)].conv_made = true;
     std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, xin}, {DNNL_ARG_WEIGHTS, win}, {DNNL_ARG_DST, y}};
     if (b >= 0) args.push_back({DNNL_ARG_BIAS, ev_of(b)});
@@ -429,21 +431,8 @@ struct Engine::Impl {
     if (!pd) return false;
     const int xin = as(ev_of(x), pd->src_desc());
     const int win = as(ev_of(w), pd->weights_desc());
-    int y;
     bool in_place = false;
-    if (r >= 0) {
-      const int rv = ev_of(r);
-      // In place only over a buffer the primitive does not also read as its input (conv(x) + x).
-      if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == pd->dst_desc() &&
-          !(vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer)) {
-        y = rv;
-        in_place = true;
-      } else {
-        y = as(rv, pd->dst_desc(), true);
-      }
-    } else {
-      y = new_arena(pd->dst_desc(), {xs[0], ws[0]}, DType::f32);
-    }
+    const int y = product_dst(n, r, xin, pd->dst_desc(), {xs[0], ws[0]}, in_place);
     std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, xin}, {DNNL_ARG_WEIGHTS, win}, {DNNL_ARG_DST, y}};
     if (b >= 0) args.push_back({DNNL_ARG_BIAS, ev_of(b)});
     std::string op = "linear";

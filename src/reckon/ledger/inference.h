@@ -39,10 +39,6 @@ struct InferenceRow {
   double measured_s = -1;      // with measure: the fastest of the timed runs
 };
 
-struct PassSaving {
-  engine::PassReport report;
-};
-
 struct InferenceLedger {
   std::string model;
   InferenceConfig config;
