@@ -12,6 +12,7 @@
 #include "command.h"
 #include "reckon/train/config.h"
 #include "reckon/engine/engine.h"
+#include "reckon/engine/quantize.h"
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
@@ -45,9 +46,8 @@ double pct(std::vector<double> v, double p) {
 int cmd_bench_infer(const Args& a) {
   RK_CHECK(a.batch >= 1 && a.threads >= 0 && a.iters >= 0 && a.warmup >= 0 && a.min_time > 0,
            "[bench-infer] --batch must be >= 1, --threads, --iters and --warmup >= 0, --min-time > 0");
-  RK_CHECK(a.precision == "fp32",
-           "[bench-infer] --precision {}: the engine runs fp32 only (bf16 and int8 engines are not built yet)",
-           a.precision);
+  RK_CHECK(a.precision == "fp32" || a.precision == "int8",
+           "[bench-infer] --precision {}: the engine runs fp32 and int8 (a bf16 engine is not built yet)", a.precision);
   train::ThreadsGuard threads(a.threads);
   manual_seed(a.seed);
   auto model = onnx::make_model(a.model, {});
@@ -58,7 +58,21 @@ int cmd_bench_infer(const Args& a) {
   if (o.passes.size() == 1 && o.passes[0] == "none") o.passes.clear();
   o.blocked_layouts = !a.plain_layouts;
   const auto t_build = std::chrono::steady_clock::now();
-  engine::Engine e(engine::make_program(*model, in), o);
+  engine::Program prog = engine::make_program(*model, in);
+  if (a.precision == "int8") {
+    // Calibrated on random batches like the one timed (the scales do not change the speed):
+    // the passes first, then the int8 rewrite of their fused graph.
+    engine::run_passes(prog, o.passes);
+    engine::Calibrator cal(prog);
+    for (int i = 0; i < 3; ++i) {
+      Tensor c = Tensor::empty(in);
+      fill_normal_(c, 0.0, 1.0);
+      cal.observe(c);
+    }
+    prog = engine::quantize_program(prog, cal, {}).program;
+    o.passes.clear();
+  }
+  engine::Engine e(std::move(prog), o);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_build).count();
   model.reset();  // the engine holds what it needs
   Tensor x;
@@ -132,8 +146,8 @@ int cmd_bench_infer(const Args& a) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%s, batch %lld, %d threads, fp32 (oneDNN: %s)\n", a.model.c_str(), (long long)a.batch,
-              omp_get_max_threads(), dnnl_util::cpu_isa_name().c_str());
+  std::printf("%s, batch %lld, %d threads, %s (oneDNN: %s)\n", a.model.c_str(), (long long)a.batch,
+              omp_get_max_threads(), a.precision.c_str(), dnnl_util::cpu_isa_name().c_str());
   std::printf("  latency      p50 %.3f ms   p90 %.3f ms   p99 %.3f ms   (%zu runs)\n", 1e3 * p50, 1e3 * p90, 1e3 * p99,
               lat.size());
   std::printf("  throughput   %.1f images/s (batch / p50)\n", double(a.batch) / p50);
@@ -161,8 +175,9 @@ tools::RegisterCommand reg([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
   sub->add_option("model", a.model, "zoo model name or an .onnx file")->required();
   sub->add_option("--batch", a.batch, "images per run")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
-  sub->add_option("--precision", a.precision, "fp32 (bf16: not built yet)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  sub->add_option("--precision", a.precision,
+                  "fp32, or int8 (calibrated min-max on random batches; reckon quantize calibrates on data)")
+      ->check(CLI::IsMember({"fp32", "int8", "bf16"}))
       ->capture_default_str();
   sub->add_option("--iters", a.iters, "timed runs (0: as many as --min-time allows)")->capture_default_str();
   sub->add_option("--min-time", a.min_time, "seconds of timed runs when --iters is 0")->capture_default_str();

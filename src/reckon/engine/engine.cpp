@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "reckon/kernels/cpu/dnnl_common.h"
+#include "reckon/kernels/cpu/quant_dnnl.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
 
@@ -330,16 +331,28 @@ struct Engine::Impl {
   // The output of a conv or linear step whose input is xin: a new buffer, or with a sum post-op
   // (residual r) the residual's own buffer when it dies here and is not also the input (oneDNN
   // does not take dst over src: conv(x) + x), else a private copy of the residual to sum into.
-  int product_dst(const Node& n, int r, int xin, const memory::desc& dst, const Shape& ys, bool& in_place) {
+  int product_dst(const Node& n, int r, int xin, const memory::desc& dst, const Shape& ys, bool& in_place,
+                  DType yt = DType::f32) {
     in_place = false;
-    if (r < 0) return new_arena(dst, ys, DType::f32);
+    if (r < 0) return new_arena(dst, ys, yt);
     const int rv = ev_of(r);
     const bool shares_input = vals[size_t(xin)].where == Where::arena && vals[size_t(xin)].buffer == vals[size_t(rv)].buffer;
-    if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == dst && !shares_input) {
+    // The residual in dst's layout and its own dtype (an int8 output may take the bytes of a
+    // residual of the other 8-bit type: the sum post-op reads them as that type).
+    memory::desc rmd = dst;
+    rmd.data.data_type = memory::convert_to_c(dt(vals[size_t(rv)].dtype));
+    int held;
+    if (dies_here(r, rv, reads_of(n, r)) && vals[size_t(rv)].md == rmd && !shares_input) {
       in_place = true;
-      return rv;
+      held = rv;
+    } else {
+      held = as(rv, rmd, /*private_copy=*/true);
     }
-    return as(rv, dst, /*private_copy=*/true);
+    if (vals[size_t(held)].dtype == yt) return held;
+    EVal y = vals[size_t(held)];  // the same buffer, seen as the output's dtype
+    y.md = dst;
+    y.dtype = yt;
+    return add_val(std::move(y));
   }
 
   // ---- lowering, op by op: false = not lowered (the op's own kernel runs it) ----
@@ -444,6 +457,77 @@ struct Engine::Impl {
     return true;
   }
 
+  // An int8 convolution (ops/quant.h): oneDNN's int8 primitive in the layout the input has,
+  // its s8 weights reordered once (with the compensation an s8 input needs), the int32 bias as
+  // given, the requantization, activation and residual add as output scales and post-ops.
+  bool lower_conv_int8(const Node& n) {
+    const auto& a = attrs_of<QuantConvAttrs>(n);
+    const int x = n.inputs[0], w = n.inputs[1];
+    const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
+    const int r = has_sum(a.q.post) ? n.inputs.at(3) : -1;
+    if (!prog.is_constant(w) || (b >= 0 && !prog.is_constant(b))) return false;
+    const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
+    const DType xt = gval(x).spec.dtype, yt = gval(n.outputs[0]).spec.dtype;
+    auto attr = dnnl_util::quant_attr(a.q, ws[0]);
+    if (!attr) return false;
+    const auto g = dnnl_util::quant_conv_geo(xs, ws, ys, a.conv);
+    const EVal& xv = vals[size_t(ev_of(x))];
+    std::optional<dnnl::convolution_forward::primitive_desc> pd;
+    if (opt.blocked_layouts && xv.md.data.format_kind == dnnl_blocked && !xv.plain)
+      pd = try_make([&] { return dnnl_util::quant_conv_pd(xv.md, g, yt, b >= 0, *attr); });
+    if (!pd) pd = try_make([&] { return dnnl_util::quant_conv_pd(memory::desc(g.x, dt(xt), tag::any), g, yt, b >= 0, *attr); });
+    if (!pd) return false;
+    const int xin = as(ev_of(x), pd->src_desc(), false, true);
+    int wc = ev_of(w);
+    if (a.conv.groups > 1) {
+      EVal gv = vals[size_t(wc)];
+      gv.md = memory::desc(g.w, memory::data_type::s8, g.w_tag);
+      gv.view = true;
+      wc = add_val(std::move(gv));
+    }
+    const int win = as(wc, pd->weights_desc());
+    bool in_place = false;
+    const int y = product_dst(n, r, xin, pd->dst_desc(), ys, in_place, yt);
+    vals[size_t(y)].conv_made = true;
+    std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, xin}, {DNNL_ARG_WEIGHTS, win}, {DNNL_ARG_DST, y}};
+    if (b >= 0) args.push_back({DNNL_ARG_BIAS, ev_of(b)});
+    std::string op = fmt::format("conv2d int8 {}->{}", quant_dtype_name(xt), quant_dtype_name(yt));
+    if (a.conv.groups > 1) op += a.conv.groups == ws[0] && ws[1] == 1 ? "(depthwise)" : fmt::format("(groups {})", a.conv.groups);
+    if (b >= 0) op += "+bias";
+    if (!a.q.post.empty()) op += "+" + post_ops_str(a.q.post);
+    Step& s = add_dnnl(n.scope, op, *pd, std::move(args));
+    s.info.in_place = in_place;
+    set_out(n, opt.blocked_layouts ? y : plain(y));
+    return true;
+  }
+
+  bool lower_linear_int8(const Node& n) {
+    const auto& q = attrs_of<QuantLinearAttrs>(n);
+    const int x = n.inputs[0], w = n.inputs[1];
+    const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
+    const int r = has_sum(q.post) ? n.inputs.at(3) : -1;
+    const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape;
+    if (!prog.is_constant(w) || (b >= 0 && !prog.is_constant(b))) return false;
+    const DType xt = gval(x).spec.dtype, yt = gval(n.outputs[0]).spec.dtype;
+    auto attr = dnnl_util::quant_attr(q, ws[0]);
+    if (!attr) return false;
+    auto pd = try_make([&] { return dnnl_util::quant_linear_pd(plain_md(xs, xt), ws, yt, b >= 0, *attr); });
+    if (!pd) return false;
+    const int xin = as(ev_of(x), pd->src_desc());
+    const int win = as(ev_of(w), pd->weights_desc());
+    bool in_place = false;
+    const int y = product_dst(n, r, xin, pd->dst_desc(), {xs[0], ws[0]}, in_place, yt);
+    std::vector<std::pair<int, int>> args = {{DNNL_ARG_SRC, xin}, {DNNL_ARG_WEIGHTS, win}, {DNNL_ARG_DST, y}};
+    if (b >= 0) args.push_back({DNNL_ARG_BIAS, ev_of(b)});
+    std::string op = fmt::format("linear int8 {}->{}", quant_dtype_name(xt), quant_dtype_name(yt));
+    if (b >= 0) op += "+bias";
+    if (!q.post.empty()) op += "+" + post_ops_str(q.post);
+    Step& s = add_dnnl(n.scope, op, *pd, std::move(args));
+    s.info.in_place = in_place;
+    set_out(n, y);
+    return true;
+  }
+
   // An output in the input's layout: the input's own buffer when it dies here.
   int same_layout_out(const Node& n, int gv_in, const memory::desc& md, bool& in_place) {
     const int ev = ev_of(gv_in);
@@ -454,7 +538,8 @@ struct Engine::Impl {
   bool lower_pool(const Node& n, dnnl::algorithm alg, std::array<int64_t, 2> k, std::array<int64_t, 2> st,
                   std::array<int64_t, 2> pad, std::array<int64_t, 2> dil, const std::string& op) {
     const int x = n.inputs[0];
-    if (gval(x).spec.dtype != DType::f32 || gval(x).spec.shape.size() != 4) return false;
+    const DType xt = gval(x).spec.dtype;
+    if ((xt != DType::f32 && xt != DType::u8 && xt != DType::i8) || gval(x).spec.shape.size() != 4) return false;
     const Shape &xs = gval(x).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
     memory::dims pad_r(2);
     for (int i = 0; i < 2; ++i)
@@ -463,7 +548,7 @@ struct Engine::Impl {
     const int xe = ev_of(x);
     auto make = [&](const memory::desc& src) {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src,
-                                       memory::desc(dims_of(ys), memory::data_type::f32, tag::any), {st[0], st[1]},
+                                       memory::desc(dims_of(ys), dt(xt), tag::any), {st[0], st[1]},
                                        {k[0], k[1]}, {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]}, pad_r);
       return dnnl::pooling_v2_forward::primitive_desc(d, attr_with(nullptr), dnnl_util::engine());
     };
@@ -474,7 +559,7 @@ struct Engine::Impl {
       pd = try_make([&] { return make(vals[size_t(xin)].md); });
     }
     if (!pd) return false;
-    const int y = new_arena(pd->dst_desc(), ys, DType::f32);
+    const int y = new_arena(pd->dst_desc(), ys, xt);
     add_dnnl(n.scope, op, *pd, {{DNNL_ARG_SRC, xin}, {DNNL_ARG_DST, y}});
     set_out(n, opt.blocked_layouts ? y : plain(y));
     return true;
@@ -687,6 +772,16 @@ struct Engine::Impl {
     else if (id == op_id<FusedConv2d>) done = lower_conv(n, attrs_of<FusedConvAttrs>(n).conv, attrs_of<FusedConvAttrs>(n).post);
     else if (id == op_id<Linear>) done = lower_linear(n, {});
     else if (id == op_id<FusedLinear>) done = lower_linear(n, attrs_of<PostOpsAttrs>(n).post);
+    else if (id == op_id<Conv2dInt8>) done = lower_conv_int8(n);
+    else if (id == op_id<LinearInt8>) done = lower_linear_int8(n);
+    else if (id == op_id<Pool2dInt8>) {
+      const auto& a = attrs_of<QuantPoolAttrs>(n);
+      const auto alg = a.mode == "max" ? dnnl::algorithm::pooling_max
+                       : a.pool.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                  : dnnl::algorithm::pooling_avg_exclude_padding;
+      done = lower_pool(n, alg, a.pool.kernel, a.pool.stride, a.pool.padding,
+                        a.mode == "max" ? a.pool.dilation : std::array<int64_t, 2>{1, 1}, "pool2d int8 " + a.mode);
+    }
     else if (id == op_id<MaxPool2d>) {
       const auto& a = attrs_of<PoolAttrs>(n);
       done = lower_pool(n, dnnl::algorithm::pooling_max, a.kernel, a.stride, a.padding, a.dilation, "max_pool2d");

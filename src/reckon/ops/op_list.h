@@ -13,6 +13,7 @@
 #include "reckon/ops/matmul.h"
 #include "reckon/ops/norm.h"
 #include "reckon/ops/pool.h"
+#include "reckon/ops/quant.h"
 #include "reckon/ops/shape_ops.h"
 #include "reckon/ops/update.h"
 #include "reckon/ops/writes.h"
@@ -27,7 +28,7 @@
   X(UnaryBackward<TanhF>) X(UnaryBackward<ExpF>) X(UnaryBackward<LogF>) X(UnaryBackward<SquareF>) \
   X(Matmul) X(Linear)                                                                           \
   X(Conv2d) X(Conv2dBackwardInput) X(Conv2dBackwardWeight)                                      \
-  RK_POOL_OPS(X) RK_NORM_OPS(X) RK_LOSS_OPS(X) RK_WRITE_OPS(X) RK_UPDATE_OPS(X) RK_FUSED_OPS(X)
+  RK_POOL_OPS(X) RK_NORM_OPS(X) RK_LOSS_OPS(X) RK_WRITE_OPS(X) RK_UPDATE_OPS(X) RK_FUSED_OPS(X) RK_QUANT_OPS(X)
 
 namespace reckon {
 

@@ -116,36 +116,41 @@ std::string format_confusion(const EvalResult& r) {
   return s;
 }
 
+EvalSetup prepare_evaluation(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
+                             const std::string& normalize) {
+  RK_CHECK(!checkpoint.empty() || onnx::is_onnx_path(model_name),
+           "--checkpoint is required for the zoo model {} (an .onnx file carries its own weights)", model_name);
+  io::Checkpoint ck;
+  if (!checkpoint.empty()) ck = io::read_checkpoint(checkpoint);
+  EvalSetup s;
+  s.test = data::open_dataset(spec, false, 0);
+  Shape chw = s.test->sample_shape();
+  const int64_t K = s.test->num_classes();
+  forward_macs(model_name, chw[0], K, chw);  // fits?
+  s.model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
+  if (!checkpoint.empty()) io::load_model_state(ck, *s.model, model_name);
+  if (normalize == "auto" && ck.has_training_state) {
+    json c = json::parse(ck.info.config_json);
+    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
+      s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+      s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+      RK_CHECK(int64_t(s.norm.mean.size()) == chw[0] || s.norm.mean.empty(),
+               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, s.norm.mean.size(), spec, chw[0]);
+    }
+  } else if (normalize != "none") {
+    auto train_set = data::open_dataset(spec, true, 0);
+    s.norm = parse_normalize(normalize, *train_set);
+  }
+  return s;
+}
+
 EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
                                const std::string& normalize, int64_t batch, int threads, bool keep_outputs) {
   RK_CHECK(batch >= 1, "--batch must be at least 1 (got {})", batch);
   RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
   ThreadsGuard threads_guard(threads);
-  RK_CHECK(!checkpoint.empty() || onnx::is_onnx_path(model_name),
-           "--checkpoint is required for the zoo model {} (an .onnx file carries its own weights)", model_name);
-  io::Checkpoint ck;
-  if (!checkpoint.empty()) ck = io::read_checkpoint(checkpoint);
-  auto test_set = data::open_dataset(spec, false, 0);
-  Shape chw = test_set->sample_shape();
-  const int64_t K = test_set->num_classes();
-  forward_macs(model_name, chw[0], K, chw);  // fits?
-  auto model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
-  if (!checkpoint.empty()) io::load_model_state(ck, *model, model_name);
-
-  data::Normalize norm;
-  if (normalize == "auto" && ck.has_training_state) {
-    json c = json::parse(ck.info.config_json);
-    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
-      norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-      norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
-      RK_CHECK(int64_t(norm.mean.size()) == chw[0] || norm.mean.empty(),
-               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, norm.mean.size(), spec, chw[0]);
-    }
-  } else if (normalize != "none") {
-    auto train_set = data::open_dataset(spec, true, 0);
-    norm = parse_normalize(normalize, *train_set);
-  }
-  return evaluate(*model, *test_set, norm, batch, DType::f32, keep_outputs, /*use_engine=*/true);
+  EvalSetup s = prepare_evaluation(model_name, checkpoint, spec, normalize);
+  return evaluate(*s.model, *s.test, s.norm, batch, DType::f32, keep_outputs, /*use_engine=*/true);
 }
 
 }  // namespace reckon::train

@@ -3,6 +3,7 @@
 // per-class metrics beyond recall, evaluating on several processes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,16 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Norm
 EvalResult evaluate_checkpoint(const std::string& model_name, const std::string& checkpoint, const std::string& data,
                                const std::string& normalize = "auto", int64_t batch = 500, int threads = 0,
                                bool keep_outputs = false);
+
+// What `reckon eval` evaluates: model_name built for spec's test split with the checkpoint's
+// weights, the test split, and the normalisation (as evaluate_checkpoint says).
+struct EvalSetup {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<data::Dataset> test;
+  data::Normalize norm;
+};
+EvalSetup prepare_evaluation(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
+                             const std::string& normalize = "auto");
 
 // The confusion matrix as text, with class names.
 std::string format_confusion(const EvalResult& r);

@@ -1,0 +1,219 @@
+// Fast kernels of the quantized ops on plain tensors: quantize and dequantize as parallel loops,
+// conv2d_int8 and linear_int8 as oneDNN int8 primitives (VNNI on a cpu that has it), with the
+// arithmetic of the reference kernels (ops/quant.h), which the op harness checks bit for bit.
+#include "reckon/kernels/cpu/quant_dnnl.h"
+
+#include <fmt/format.h>
+
+#include "reckon/ops/op_list.h"
+
+namespace reckon {
+
+namespace dnnl_util {
+using dnnl::memory;
+using tag = memory::format_tag;
+
+std::optional<dnnl::primitive_attr> quant_attr(const QuantLinearAttrs& q, int64_t out_channels) {
+  dnnl::primitive_attr attr = default_attr();
+  std::vector<float> m;
+  if (q.w_scale.size() == 1) m.push_back(quant_multiplier(q, 0));
+  else
+    for (int64_t o = 0; o < out_channels; ++o) m.push_back(quant_multiplier(q, o));
+  attr.set_output_scales(m.size() == 1 ? 0 : 1 << 1, m);
+  if (q.x_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {int32_t(q.x_zero_point)});
+  if (q.y_dtype != "f32" && q.y_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {int32_t(q.y_zero_point)});
+  dnnl::post_ops po;
+  for (const auto& p : quant_scaled_post(q)) {
+    if (p.kind == "relu") po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, float(p.alpha), 0.f);
+    else if (p.kind == "clamp") po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, float(p.alpha), float(p.beta));
+    else if (p.kind == "sum") po.append_sum(float(p.alpha), 0, dt(quant_residual_dtype("int8 product", q)));
+    else return std::nullopt;
+  }
+  attr.set_post_ops(po);
+  return attr;
+}
+
+QuantConvGeo quant_conv_geo(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
+  QuantConvGeo g;
+  g.x = dims_of(x);
+  g.y = dims_of(y);
+  g.stride = {a.stride[0], a.stride[1]};
+  g.dil = {a.dilation[0] - 1, a.dilation[1] - 1};
+  g.pad_l = {a.padding[0], a.padding[1]};
+  g.pad_r.resize(2);
+  for (size_t i = 0; i < 2; ++i)
+    g.pad_r[i] = (y[2 + i] - 1) * a.stride[i] + (w[2 + i] - 1) * a.dilation[i] + 1 - x[2 + i] - a.padding[i];
+  if (a.groups > 1) {
+    g.w = {a.groups, w[0] / a.groups, w[1], w[2], w[3]};
+    g.w_tag = tag::goihw;
+  } else {
+    g.w = dims_of(w);
+    g.w_tag = tag::oihw;
+  }
+  g.w_user = g.w;
+  return g;
+}
+
+dnnl::convolution_forward::primitive_desc quant_conv_pd(const memory::desc& src, const QuantConvGeo& g, DType y,
+                                                        bool bias, const dnnl::primitive_attr& attr) {
+  const memory::desc wd(g.w, memory::data_type::s8, tag::any), yd(g.y, dt(y), tag::any);
+  const auto prop = dnnl::prop_kind::forward_inference;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  auto d = bias ? dnnl::convolution_forward::desc(prop, alg, src, wd, memory::desc({g.y[1]}, memory::data_type::s32, tag::a),
+                                                  yd, g.stride, g.dil, g.pad_l, g.pad_r)
+                : dnnl::convolution_forward::desc(prop, alg, src, wd, yd, g.stride, g.dil, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, attr, engine());
+}
+
+dnnl::inner_product_forward::primitive_desc quant_linear_pd(const memory::desc& src, const Shape& w, DType y, bool bias,
+                                                            const dnnl::primitive_attr& attr) {
+  const memory::dims yd{src.dims()[0], w[0]};
+  const memory::desc wd(dims_of(w), memory::data_type::s8, tag::any), dd(yd, dt(y), tag::nc);
+  const auto prop = dnnl::prop_kind::forward_inference;
+  auto d = bias ? dnnl::inner_product_forward::desc(prop, src, wd, memory::desc({w[0]}, memory::data_type::s32, tag::a), dd)
+                : dnnl::inner_product_forward::desc(prop, src, wd, dd);
+  return dnnl::inner_product_forward::primitive_desc(d, attr, engine());
+}
+}  // namespace dnnl_util
+
+using namespace dnnl_util;
+using dnnl::memory;
+using tag = memory::format_tag;
+
+namespace {
+template <class F>
+void visit_q8(DType t, F&& f) {
+  if (t == DType::u8) f.template operator()<uint8_t>();
+  else if (t == DType::i8) f.template operator()<int8_t>();
+  else f.template operator()<int32_t>();
+}
+// Element i's channel under per-axis parameters (0 per tensor).
+struct Axis {
+  int64_t inner = 1, channels = 1;
+  bool per_channel = false;
+  Axis(const QuantizeAttrs& a, const Shape& s) {
+    per_channel = a.scale.size() > 1;
+    if (per_channel) {
+      channels = s[size_t(a.axis)];
+      for (size_t d = size_t(a.axis) + 1; d < s.size(); ++d) inner *= s[d];
+    }
+  }
+};
+
+struct Plan {
+  dnnl::primitive prim;
+  memory::desc src, weights, dst, scratch;
+  std::string impl;
+};
+template <class PD>
+Plan plan_of(const PD& pd) {
+  return Plan{dnnl::primitive(pd.get()), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc(),
+              pd.impl_info_str()};
+}
+
+// Runs a planned product on plain tensors: reorders x, w (and the residual, into dst) into the
+// primitive's layouts, runs it, and reorders the output back.
+Support run_product(KernelCtx& ctx, const Plan& p, std::span<const Tensor> in, Tensor& y, const memory::desc& xu_md,
+                    const memory::desc& wu_md, const memory::desc& yu_md, bool sum) {
+  Tensor hx, hw, hy;
+  memory xu(xu_md, engine(), in[0].raw_data()), wu(wu_md, engine(), in[1].raw_data()), yu(yu_md, engine(), y.raw_data());
+  memory xm = reorder_to(ctx, xu, p.src, hx);
+  memory wm = reorder_to(ctx, wu, p.weights, hw);
+  memory ym = yu;
+  if (p.dst != yu_md) {
+    hy = ctx.workspace(int64_t(p.dst.get_size()));
+    ym = memory(p.dst, engine(), hy.raw_data());
+  }
+  if (sum && !ctx.planning()) {  // the residual into dst, in its own dtype (dst takes its bytes' place)
+    memory::desc r_user = yu_md, r_dst = ym.get_desc();
+    r_user.data.data_type = r_dst.data.data_type = memory::convert_to_c(dt(in[3].dtype()));
+    memory ru(r_user, engine(), in[3].raw_data()), rd(r_dst, engine(), ym.get_data_handle());
+    dnnl::reorder(ru, rd).execute(stream(), ru, rd);
+    stream().wait();
+  }
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
+  if (in.size() > 2 && in[2].defined())
+    args[DNNL_ARG_BIAS] = memory(memory::desc({in[2].numel()}, memory::data_type::s32, tag::a), engine(), in[2].raw_data());
+  ctx.note_impl(p.impl);
+  execute(ctx, p.prim, p.scratch, std::move(args));
+  if (!ctx.planning() && ym.get_desc() != yu_md) {
+    dnnl::reorder(ym, yu).execute(stream(), ym, yu);
+    stream().wait();
+  }
+  return Support::yes();
+}
+std::string key_of(const char* op, std::span<const Tensor> in, const std::string& attrs) {
+  std::string k = op;
+  for (const auto& t : in) k += t.defined() ? "|" + shape_str(t.shape()) + std::string(dtype_name(t.dtype())) : "|-";
+  return k + attrs;
+}
+}  // namespace
+
+Support QuantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const Axis ax(a, x.shape());
+  const float* px = x.data<float>();
+  const int64_t n = x.numel();
+  visit_q8(y.dtype(), [&]<class Q>() {
+    Q* py = y.data<Q>();
+    const float lo = float(quant_min(y.dtype())), hi = float(quant_max(y.dtype()));
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t c = ax.per_channel ? size_t((i / ax.inner) % ax.channels) : 0;
+      const float zp = float(a.zero_point[c]);
+      const float v = px[i] / float(a.scale[c]);
+      py[i] = std::isnan(v) ? Q(zp) : Q(round_saturate(v, lo - zp, hi - zp) + zp);
+    }
+  });
+  return Support::yes();
+}
+
+Support DequantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Axis ax(a, x.shape());
+  float* py = out[0].data<float>();
+  const int64_t n = x.numel();
+  visit_q8(x.dtype(), [&]<class Q>() {
+    const Q* px = x.data<Q>();
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t c = ax.per_channel ? size_t((i / ax.inner) % ax.channels) : 0;
+      py[i] = float(int32_t(px[i]) - int32_t(a.zero_point[c])) * float(a.scale[c]);
+    }
+  });
+  return Support::yes();
+}
+
+Support Conv2dInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1];
+  Tensor& y = out[0];
+  const bool bias = in.size() > 2 && in[2].defined(), sum = has_sum(a.q.post);
+  const QuantConvGeo g = quant_conv_geo(x.shape(), w.shape(), y.shape(), a.conv);
+  static PlanCache<Plan> cache;
+  auto* plan = cache.get(key_of("conv2d_int8", in, op_info(op_id<Conv2dInt8>).attrs_to_json(&a)), [&] {
+    auto attr = quant_attr(a.q, w.size(0));
+    if (!attr) throw dnnl::error(dnnl_unimplemented, "post-op");
+    return plan_of(quant_conv_pd(memory::desc(g.x, dt(x.dtype()), tag::any), g, y.dtype(), bias, *attr));
+  });
+  if (!plan) return Support::no(kNoDnnlImpl);
+  return run_product(ctx, *plan, in, y, memory::desc(g.x, dt(x.dtype()), tag::nchw),
+                     memory::desc(g.w_user, memory::data_type::s8, g.w_tag), memory::desc(g.y, dt(y.dtype()), tag::nchw),
+                     sum);
+}
+
+Support LinearInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1];
+  Tensor& y = out[0];
+  const bool bias = in.size() > 2 && in[2].defined(), sum = has_sum(a.post);
+  static PlanCache<Plan> cache;
+  auto* plan = cache.get(key_of("linear_int8", in, op_info(op_id<LinearInt8>).attrs_to_json(&a)), [&] {
+    auto attr = quant_attr(a, w.size(0));
+    if (!attr) throw dnnl::error(dnnl_unimplemented, "post-op");
+    return plan_of(quant_linear_pd(plain_desc(x), w.shape(), y.dtype(), bias, *attr));
+  });
+  if (!plan) return Support::no(kNoDnnlImpl);
+  return run_product(ctx, *plan, in, y, plain_desc(x), plain_desc(w), plain_desc(y), sum);
+}
+
+}  // namespace reckon

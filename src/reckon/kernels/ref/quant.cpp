@@ -1,0 +1,239 @@
+// Reference kernels of the quantized ops: plain loops that define the int8 arithmetic
+// (ops/quant.h says it in words). The fast kernels are tested against these bit for bit.
+#include <cmath>
+#include <limits>
+
+#include "reckon/ops/dispatch.h"
+#include "reckon/ops/quant.h"
+
+namespace reckon {
+
+namespace {
+template <class F>
+void visit_q8(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::u8: f.template operator()<uint8_t>(); return;
+    case DType::i8: f.template operator()<int8_t>(); return;
+    case DType::i32: f.template operator()<int32_t>(); return;
+    default: throw Error(fmt::format("[{}] no kernel for {}", op, dtype_name(t)));
+  }
+}
+
+// The scale and zero point of element i of a tensor of shape s under per-axis parameters.
+struct AxisParams {
+  const QuantizeAttrs& a;
+  int64_t inner = 1, channels = 1;
+  AxisParams(const QuantizeAttrs& attrs, const Shape& s) : a(attrs) {
+    if (a.scale.size() > 1) {
+      channels = s[size_t(a.axis)];
+      for (size_t d = size_t(a.axis) + 1; d < s.size(); ++d) inner *= s[d];
+    }
+  }
+  size_t channel(int64_t i) const { return a.scale.size() > 1 ? size_t((i / inner) % channels) : 0; }
+};
+
+// The post-op chain of a quantized product, in the scaled domain, on one value.
+struct ScaledPost {
+  std::vector<PostKind> kinds;
+  std::vector<float> alpha, beta;
+  explicit ScaledPost(const QuantLinearAttrs& q) {
+    for (const auto& p : quant_scaled_post(q)) {
+      kinds.push_back(post_kind("int8 post-op", p.kind));
+      alpha.push_back(float(p.alpha));
+      beta.push_back(float(p.beta));
+    }
+  }
+  float apply(float v, float r) const {
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      switch (kinds[k]) {
+        case PostKind::relu: v = v > 0.f ? v : v * alpha[k]; break;
+        case PostKind::clamp: v = std::min(std::max(v, alpha[k]), beta[k]); break;
+        case PostKind::sum: v = v + alpha[k] * r; break;
+        default: break;
+      }
+    }
+    return v;
+  }
+};
+
+// Writes output element i of a quantized product from its int32 accumulator.
+struct Requant {
+  const QuantLinearAttrs& q;
+  ScaledPost post;
+  DType yt;
+  float lo = 0, hi = 0, zp = 0;
+  const int32_t* bias;
+  explicit Requant(const QuantLinearAttrs& attrs, const int32_t* b)
+      : q(attrs), post(attrs), yt(quant_dtype("int8 product", attrs.y_dtype, true)), bias(b) {
+    if (yt != DType::f32) {
+      lo = float(quant_min(yt));
+      hi = float(quant_max(yt));
+      zp = float(q.y_zero_point);
+    }
+  }
+  // acc: the accumulator of output channel o; r: the residual element (sum) as stored.
+  float value(int32_t acc, int64_t o, float r) const {
+    float v = float(acc);
+    if (bias) v += float(bias[o]);
+    v *= quant_multiplier(q, o);
+    v = post.apply(v, r);
+    if (yt == DType::f32) return v;
+    return round_saturate(v + zp, lo, hi);
+  }
+  void store(Tensor& y, int64_t i, float v) const {
+    if (yt == DType::f32) y.data<float>()[i] = v;
+    else if (yt == DType::u8) y.data<uint8_t>()[i] = uint8_t(v);
+    else y.data<int8_t>()[i] = int8_t(v);
+  }
+};
+float residual_at(const Tensor* r, int64_t i) {
+  if (!r) return 0.f;
+  return r->dtype() == DType::u8 ? float(r->data<uint8_t>()[i]) : float(r->data<int8_t>()[i]);
+}
+const Tensor* residual_of(std::span<const Tensor> in) { return in.size() > 3 && in[3].defined() ? &in[3] : nullptr; }
+const int32_t* bias_of(std::span<const Tensor> in) {
+  return in.size() > 2 && in[2].defined() ? in[2].data<int32_t>() : nullptr;
+}
+}  // namespace
+
+void QuantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const AxisParams ap(a, x.shape());
+  const float* px = x.data<float>();
+  visit_q8(y.dtype(), "quantize_linear", [&]<class Q>() {
+    Q* py = y.data<Q>();
+    const float lo = float(quant_min(y.dtype())), hi = float(quant_max(y.dtype()));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const size_t c = ap.channel(i);
+      const float zp = float(a.zero_point[c]);
+      const float v = px[i] / float(a.scale[c]);
+      py[i] = std::isnan(v) ? Q(zp) : Q(round_saturate(v, lo - zp, hi - zp) + zp);
+    }
+  });
+}
+
+void DequantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const AxisParams ap(a, x.shape());
+  float* py = out[0].data<float>();
+  visit_q8(x.dtype(), "dequantize_linear", [&]<class Q>() {
+    const Q* px = x.data<Q>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const size_t c = ap.channel(i);
+      py[i] = float(int32_t(px[i]) - int32_t(a.zero_point[c])) * float(a.scale[c]);
+    }
+  });
+}
+
+void Conv2dInt8::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1];
+  Tensor& y = out[0];
+  const Requant rq(a.q, bias_of(in));
+  const Tensor* r = residual_of(in);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), CG = w.size(1), KH = w.size(2), KW = w.size(3);
+  const int64_t OH = y.size(2), OW = y.size(3), G = a.conv.groups, OG = O / G;
+  const int8_t* pw = w.data<int8_t>();
+  const int32_t xzp = int32_t(a.q.x_zero_point);
+  ctx.count_macs(N * O * OH * OW * CG * KH * KW);
+  visit_q8(x.dtype(), "conv2d_int8", [&]<class Q>() {
+    const Q* px = x.data<Q>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o) {
+        const int64_t g = o / OG;
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int32_t acc = 0;
+            for (int64_t c = 0; c < CG; ++c)
+              for (int64_t kh = 0; kh < KH; ++kh) {
+                const int64_t ih = oh * a.conv.stride[0] - a.conv.padding[0] + kh * a.conv.dilation[0];
+                if (ih < 0 || ih >= H) continue;
+                for (int64_t kw = 0; kw < KW; ++kw) {
+                  const int64_t iw = ow * a.conv.stride[1] - a.conv.padding[1] + kw * a.conv.dilation[1];
+                  if (iw < 0 || iw >= W) continue;
+                  const int32_t xv = int32_t(px[((n * C + g * CG + c) * H + ih) * W + iw]) - xzp;
+                  acc += xv * int32_t(pw[((o * CG + c) * KH + kh) * KW + kw]);
+                }
+              }
+            const int64_t i = ((n * O + o) * OH + oh) * OW + ow;
+            rq.store(y, i, rq.value(acc, o, residual_at(r, i)));
+          }
+      }
+  });
+}
+
+void LinearInt8::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &x = in[0], &w = in[1];
+  Tensor& y = out[0];
+  const Requant rq(a, bias_of(in));
+  const Tensor* r = residual_of(in);
+  const int64_t N = x.size(0), I = x.size(1), O = w.size(0);
+  const int8_t* pw = w.data<int8_t>();
+  const int32_t xzp = int32_t(a.x_zero_point);
+  ctx.count_macs(N * I * O);
+  visit_q8(x.dtype(), "linear_int8", [&]<class Q>() {
+    const Q* px = x.data<Q>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o) {
+        int32_t acc = 0;
+        for (int64_t k = 0; k < I; ++k) acc += (int32_t(px[n * I + k]) - xzp) * int32_t(pw[o * I + k]);
+        rq.store(y, n * O + o, rq.value(acc, o, residual_at(r, n * O + o)));
+      }
+  });
+}
+
+void Pool2dInt8::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const PoolAttrs& p = a.pool;
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
+  const bool max = a.mode == "max";
+  const float lo = float(quant_min(x.dtype())), hi = float(quant_max(x.dtype()));
+  visit_q8(x.dtype(), "pool2d_int8", [&]<class Q>() {
+    const Q* px = x.data<Q>();
+    Q* py = y.data<Q>();
+    for (int64_t nc = 0; nc < N * C; ++nc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int32_t best = std::numeric_limits<int32_t>::min(), sum = 0, count = 0;
+          for (int64_t kh = 0; kh < p.kernel[0]; ++kh)
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+              const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * (max ? p.dilation[0] : 1);
+              const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * (max ? p.dilation[1] : 1);
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              const int32_t v = px[(nc * H + ih) * W + iw];
+              best = std::max(best, v);
+              sum += v;
+              ++count;
+            }
+          if (!max && p.count_include_pad) {
+            // the window as it lies over the padded input, clipped at the padded edge
+            const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
+            const int64_t h1 = std::min(h0 + p.kernel[0], H + p.padding[0]), w1 = std::min(w0 + p.kernel[1], W + p.padding[1]);
+            count = int32_t((h1 - h0) * (w1 - w0));
+          }
+          const int64_t i = (nc * OH + oh) * OW + ow;
+          py[i] = max ? Q(best) : Q(round_saturate(float(sum) / float(count), lo, hi));
+        }
+  });
+}
+
+void AddInt8::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const DType yt = out[0].dtype();
+  const float ma = float(a.a_scale / a.y_scale), mb = float(a.b_scale / a.y_scale);
+  const float lo = float(quant_min(yt)), hi = float(quant_max(yt)), zp = float(a.y_zero_point);
+  const int64_t n = out[0].numel();
+  auto at = [](const Tensor& t, int64_t i) {
+    return t.dtype() == DType::u8 ? int32_t(t.data<uint8_t>()[i]) : int32_t(t.data<int8_t>()[i]);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    float v = ma * float(at(in[0], i) - int32_t(a.a_zero_point)) + mb * float(at(in[1], i) - int32_t(a.b_zero_point));
+    if (a.relu) v = std::max(v, 0.f);
+    v = round_saturate(v + zp, lo, hi);
+    if (yt == DType::u8) out[0].data<uint8_t>()[i] = uint8_t(v);
+    else out[0].data<int8_t>()[i] = int8_t(v);
+  }
+}
+
+}  // namespace reckon

@@ -1,0 +1,165 @@
+// Quantized (int8) ops: what the quantizer (engine/quantize.h) rewrites a fused forward graph
+// into. A real value v is held as an 8-bit integer q with v = scale * (q - zero_point); u8 and
+// s8 are the storage types (i32 for biases). The reference kernels define the arithmetic, and
+// the fast kernels (oneDNN's int8 primitives: VNNI where the cpu has it) reproduce it bit for
+// bit, so it is written the way those kernels compute:
+//  - rounding is to nearest, ties to even (the cpu's default mode, std::nearbyint), and
+//    saturation clamps to the storage type's range before rounding;
+//  - a convolution or linear layer accumulates (x_q - x_zp) * w_q exactly in int32, adds the
+//    int32 bias (quantized with scale x_scale * w_scale[o] and zero point 0), converts to f32
+//    and multiplies by one f32 factor per output channel, m[o] = float(x_scale * w_scale[o] /
+//    y_scale) (computed in double, rounded once); its post-ops then run on that scaled value in
+//    f32 (relu and leaky relu as they are, clamp with its bounds divided by y_scale, sum adding
+//    the residual times float(r_scale / y_scale)), and the result is rounded, shifted by y_zp
+//    and saturated. With an f32 output (y_dtype "f32") y_scale is 1 and nothing is rounded.
+// Weights are s8, symmetric (zero point 0), per output channel (w_scale has one entry per
+// output channel) or per tensor (one entry).
+// Not here: choosing scales (engine/quantize.h), gradients (these run a quantized forward; the
+// fake quantization of quantization-aware training is not an int8 op).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "reckon/ops/conv.h"
+#include "reckon/ops/fused.h"
+#include "reckon/ops/op.h"
+#include "reckon/ops/pool.h"
+
+namespace reckon {
+
+// "u8" | "s8" (and "f32" where an op may give a real output) as a dtype, or an Error naming op.
+DType quant_dtype(std::string_view op, const std::string& name, bool allow_f32 = false);
+std::string quant_dtype_name(DType t);  // "u8", "s8", "f32"
+// The storage range of an 8-bit type: [0, 255] or [-128, 127].
+int64_t quant_min(DType t);
+int64_t quant_max(DType t);
+// v rounded half to even and saturated to [lo, hi] (v is clamped first, as the fast kernels do).
+inline float round_saturate(float v, float lo, float hi) { return std::nearbyint(std::min(std::max(v, lo), hi)); }
+
+// Per-tensor or per-channel quantization of a real tensor (ONNX QuantizeLinear):
+// q = saturate(round(x / scale) + zero_point), the division in f32. axis: the channel dimension
+// when scale has more than one entry.
+struct QuantizeAttrs {
+  std::vector<double> scale{1.0};
+  std::vector<int64_t> zero_point{0};
+  int64_t axis = 1;
+  std::string dtype = "u8";
+  RK_FIELDS(scale, zero_point, axis, dtype)
+};
+inline constexpr std::string_view kQuantNoGradient =
+    "a quantized op: int8 inference runs a forward that no backward runs through";
+inline constexpr std::string_view kQuantNotExportable =
+    "an int8 op of the engine: QDQ export of a quantized program is not written yet";
+
+// in = (x f32) -> q (dtype).
+struct QuantizeLinear {
+  static constexpr std::string_view kName = "quantize_linear";
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantizeAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+// in = (q u8/s8/i32) -> x f32 = (float(q) - zero_point) * float(scale) (ONNX DequantizeLinear).
+// attrs.dtype is not read (the input's dtype is).
+struct DequantizeLinear {
+  static constexpr std::string_view kName = "dequantize_linear";
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantizeAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+// The quantization of a conv or linear call: its input's, its weights', its output's and its
+// residual's (with a sum post-op; zero point 0 there).
+struct QuantLinearAttrs {
+  double x_scale = 1.0;
+  int64_t x_zero_point = 0;
+  std::vector<double> w_scale{1.0};
+  double y_scale = 1.0;
+  int64_t y_zero_point = 0;
+  std::string y_dtype = "u8";  // "u8" | "s8" | "f32"
+  double r_scale = 1.0;
+  std::string r_dtype;         // the residual's "u8" | "s8" ("": the output's)
+  std::vector<PostOp> post;    // relu (any slope), clamp, sum (in real units)
+  RK_FIELDS(x_scale, x_zero_point, w_scale, y_scale, y_zero_point, y_dtype, r_scale, r_dtype, post)
+};
+struct QuantConvAttrs {
+  ConvAttrs conv;
+  QuantLinearAttrs q;
+  RK_FIELDS(conv, q)
+};
+
+// The residual's dtype (r_dtype, or the output's when empty).
+DType quant_residual_dtype(std::string_view op, const QuantLinearAttrs& q);
+// The f32 factor of output channel o (see the top of this file).
+float quant_multiplier(const QuantLinearAttrs& q, int64_t o);
+// The post-op chain in the scaled domain the kernels run it in (clamp bounds divided by y_scale).
+std::vector<PostOp> quant_scaled_post(const QuantLinearAttrs& q);
+// A bias quantized for an int8 conv or linear: round(b[o] / (x_scale * w_scale[o])) as i32.
+Tensor quantize_bias(const Tensor& b, double x_scale, const std::vector<double>& w_scale);
+
+// in = (x u8/s8 (N, C, H, W), w s8 (O, C/groups, KH, KW), bias i32 (O) or undefined,
+//       residual (the output's shape, dtype r_dtype, zero point 0; iff a sum step)) -> y (y_dtype).
+// A residual of another 8-bit type than the output (an s8 shortcut into a u8 output after a
+// relu) is read as its own type: the output takes its place byte for byte.
+struct Conv2dInt8 {
+  static constexpr std::string_view kName = "conv2d_int8";
+  static constexpr OpClass kClass = OpClass::conv;
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantConvAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+// in = (x u8/s8 (N, IN), w s8 (OUT, IN), bias i32 (OUT) or undefined, residual iff a sum step)
+// -> y (N, OUT) (y_dtype).
+struct LinearInt8 {
+  static constexpr std::string_view kName = "linear_int8";
+  static constexpr OpClass kClass = OpClass::linear;
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantLinearAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+
+// Pooling of 8-bit values, which keep their scale and zero point: max, or average (the window's
+// integer sum over its element count, in f32, rounded half to even). Windows as max_pool2d's and
+// avg_pool2d's (no ceil mode).
+struct QuantPoolAttrs {
+  PoolAttrs pool;
+  std::string mode = "max";  // "max" | "avg"
+  RK_FIELDS(pool, mode)
+};
+struct Pool2dInt8 {
+  static constexpr std::string_view kName = "pool2d_int8";
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantPoolAttrs);
+  RK_OP_REF;
+};
+
+// y = saturate(round(float(a_scale / y_scale) * (a - a_zp) + float(b_scale / y_scale) * (b - b_zp)
+//     [then relu]) + y_zp): the residual add of two 8-bit tensors of one shape.
+struct QuantAddAttrs {
+  double a_scale = 1.0, b_scale = 1.0, y_scale = 1.0;
+  int64_t a_zero_point = 0, b_zero_point = 0, y_zero_point = 0;
+  std::string y_dtype = "u8";
+  bool relu = false;
+  RK_FIELDS(a_scale, b_scale, y_scale, a_zero_point, b_zero_point, y_zero_point, y_dtype, relu)
+};
+struct AddInt8 {
+  static constexpr std::string_view kName = "add_int8";
+  static constexpr std::string_view kNoGradient = kQuantNoGradient;
+  static constexpr std::string_view kNotExportable = kQuantNotExportable;
+  RK_OP_DECLS(QuantAddAttrs);
+  RK_OP_REF;
+};
+
+#define RK_QUANT_OPS(X) X(QuantizeLinear) X(DequantizeLinear) X(Conv2dInt8) X(LinearInt8) X(Pool2dInt8) X(AddInt8)
+
+}  // namespace reckon

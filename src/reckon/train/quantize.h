@@ -1,0 +1,58 @@
+// `reckon quantize`: post-training int8 quantization of a trained model (a zoo name with its
+// checkpoint, or an .onnx file) on a dataset: calibration on batches of the training split, the
+// int8 program (engine/quantize.h), and what it cost: a per-layer report (dtypes, scales, the
+// observed range against the clipping threshold, SQNR of each layer's int8 output against its
+// fp32 output), top-1 accuracy on the test split fp32 against int8 (both through the inference
+// engine), the agreement of their predictions, weight bytes, arena bytes and latency of each.
+// With several methods each is calibrated from the same observations and reported side by side.
+// Not here: writing the int8 model to a file (QDQ ONNX export is not written yet), QAT.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "reckon/engine/quantize.h"
+
+namespace reckon::train {
+
+struct QuantizeArgs {
+  std::string model, checkpoint, data = "fashion-mnist", normalize = "auto";
+  int64_t calib_batches = 8;
+  int64_t batch = 100;
+  std::vector<std::string> methods = {"minmax"};  // "all": every method
+  bool per_tensor = false;
+  std::vector<std::string> keep_fp32;
+  int threads = 0;
+  int64_t limit = 0;  // test images evaluated (0: all)
+};
+
+struct LayerReport {
+  engine::QuantLayer layer;
+  double sqnr_db = 0;  // its int8 output against the fp32 program's, on the first calibration batch
+};
+
+struct MethodReport {
+  std::string method;
+  std::vector<LayerReport> layers;
+  std::vector<std::string> kept_fp32;
+  int quantize_steps = 0, dequantize_steps = 0;
+  double int8_accuracy = 0, agreement = 0;  // top-1; predictions equal to fp32's
+  double output_sqnr_db = 0;                // the logits against fp32's, over the test images
+  int64_t int8_weight_bytes = 0, int8_arena_bytes = 0;
+  double int8_ms = 0;                       // median engine latency per batch
+  std::vector<std::string> impls;           // the oneDNN implementations the int8 convolutions chose
+};
+
+struct QuantizeReport {
+  std::string model, data;
+  int64_t calib_images = 0, test_images = 0, batch = 0;
+  bool per_tensor = false;
+  double fp32_accuracy = 0;
+  int64_t fp32_weight_bytes = 0, fp32_arena_bytes = 0;
+  double fp32_ms = 0;
+  std::vector<MethodReport> methods;
+};
+
+QuantizeReport quantize_model(const QuantizeArgs& a);
+std::string format_quantize(const QuantizeReport& r);
+
+}  // namespace reckon::train
