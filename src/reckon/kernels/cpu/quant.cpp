@@ -100,6 +100,29 @@ struct Axis {
   }
 };
 
+// Per-tensor quantization as one vectorised loop per thread: rint rounds as nearbyint does (to
+// nearest, ties to even), NaN becomes the zero point.
+template <class Q>
+void quantize_run(const float* __restrict x, Q* __restrict y, int64_t n, float s, float zp, float lo, float hi) {
+  const float vlo = lo - zp, vhi = hi - zp;
+  // (no `omp simd` here: with it gcc 12 made this loop 7x slower)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] / s;
+    v = v != v ? 0.f : std::min(std::max(v, vlo), vhi);
+    y[i] = Q(int32_t(__builtin_rintf(v)) + int32_t(zp));
+  }
+}
+template <class Q>
+void quantize_block(const float* x, Q* y, int64_t n, float s, float zp, float lo, float hi) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk;
+    quantize_run(x + b, y + b, std::min(kChunk, n - b), s, zp, lo, hi);
+  }
+}
+
 struct Plan {
   dnnl::primitive prim;
   memory::desc src, weights, dst, scratch;
@@ -158,6 +181,10 @@ Support QuantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Te
   visit_q8(y.dtype(), [&]<class Q>() {
     Q* py = y.data<Q>();
     const float lo = float(quant_min(y.dtype())), hi = float(quant_max(y.dtype()));
+    if (!ax.per_channel) {
+      quantize_block(px, py, n, float(a.scale[0]), float(a.zero_point[0]), lo, hi);
+      return;
+    }
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
       const size_t c = ax.per_channel ? size_t((i / ax.inner) % ax.channels) : 0;
