@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <fmt/format.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "reckon/engine/engine.h"
 #include "reckon/engine/quantize.h"
+#include "reckon/io/npy.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/dispatch.h"
@@ -302,11 +304,70 @@ TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
   auto r = test_util::run_cli({"train", "lenet5", "--data", "fashion-mnist", "--epochs", "1", "--out", (d / "run").string()}, d);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string ck = (d / "run" / "last.safetensors").string();
+  const std::string qdq = (d / "lenet5.int8.onnx").string(), logits = (d / "int8.npy").string();
   r = test_util::run_cli({"quantize", "lenet5", "--checkpoint", ck, "--data", "fashion-mnist", "--method",
-                          "minmax,percentile=99.99,entropy", "--json"},
+                          "minmax,percentile=99.99,entropy", "--out", qdq, "--dump-outputs", logits, "--json"},
                          d);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["out"].get<std::string>(), qdq);
+  std::string mean, stdev;
+  for (double v : j["normalize"]["mean"]) mean += (mean.empty() ? "" : ",") + fmt::format("{:.9g}", v);
+  for (double v : j["normalize"]["std"]) stdev += (stdev.empty() ? "" : ",") + fmt::format("{:.9g}", v);
+  const std::string script = test_util::python() + " " RECKON_SOURCE_DIR "/scripts/ort_qdq_agreement.py";
+  // The QDQ file in ONNX Runtime: the same predictions, run by its int8 kernels.
+  {
+    const fs::path o = d / "agree.json";
+    ASSERT_EQ(test_util::run_shell(script + " " + qdq + " " + logits + " " + mean + " " + stdev + " >" + o.string() +
+                                   " 2>/dev/null"),
+              0);
+    auto a = nlohmann::json::parse(test_util::read_file(o));
+    EXPECT_GE(a["agreement"].get<double>(), 0.995) << a.dump();
+    EXPECT_EQ(a["ort_ops"].value("QLinearConv", 0), 2) << a.dump();  // its int8 convolution, not DQ + Conv
+    EXPECT_EQ(a["ort_ops"].value("QGemm", 0), 3) << a.dump();
+  }
+  // ONNX Runtime's own int8 model of reckon's fp32 export, run by reckon: within one step of its
+  // output's quantization.
+  {
+    const std::string fp32 = (d / "lenet5.onnx").string(), ortq = (d / "lenet5.ort.int8.onnx").string();
+    const std::string ort_out = (d / "ort.npy").string(), rk_out = (d / "reckon.npy").string();
+    auto e = test_util::run_cli({"export", "lenet5", "--checkpoint", ck, "--out", fp32, "--batch", "dynamic"}, d);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const fs::path o = d / "ortq.json";
+    ASSERT_EQ(test_util::run_shell(script + " --quantize " + fp32 + " " + ortq + " " + ort_out + " " + mean + " " + stdev +
+                                   " >" + o.string() + " 2>/dev/null"),
+              0);
+    const double step = nlohmann::json::parse(test_util::read_file(o))["output_step"].get<double>();
+    ASSERT_GT(step, 0);
+    e = test_util::run_cli({"eval", ortq, "--data", "fashion-mnist", "--dump-outputs", rk_out}, d);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const Tensor a = io::read_npy(ort_out), b = io::read_npy(rk_out);
+    ASSERT_EQ(a.shape(), b.shape());
+    const int64_t n = a.size(0), K = a.size(1);
+    const float *pa = a.data<float>(), *pb = b.data<float>();
+    int64_t same = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      same += std::max_element(pa + i * K, pa + (i + 1) * K) - pa == std::max_element(pb + i * K, pb + (i + 1) * K) - pb;
+      for (int64_t k = 0; k < K; ++k) worst = std::max(worst, double(std::abs(pa[i * K + k] - pb[i * K + k])));
+    }
+    EXPECT_GE(double(same) / double(n), 0.995);
+    EXPECT_LE(worst, step * 1.001);
+    // A scale of 0, NaN or inf in a file is refused, naming the node.
+    for (const char* bad : {"0.0", "float('nan')", "float('inf')"}) {
+      const std::string broken = (d / "broken.onnx").string();
+      const std::string py = fmt::format(
+          "import onnx, numpy as np; m = onnx.load('{}'); n = [x for x in m.graph.node if x.op_type == 'QuantizeLinear'][0]; "
+          "t = [i for i in m.graph.initializer if i.name == n.input[1]][0]; "
+          "t.CopyFrom(onnx.numpy_helper.from_array(np.array({}, np.float32), t.name)); onnx.save(m, '{}')",
+          ortq, bad, broken);
+      ASSERT_EQ(test_util::run_shell(test_util::python() + " -c " + test_util::shell_quote(py)), 0);
+      e = test_util::run_cli({"eval", broken, "--data", "fashion-mnist"}, d);
+      EXPECT_EQ(e.exit_code, 1) << bad;
+      EXPECT_NE(e.err.find("QuantizeLinear's scale"), std::string::npos) << e.err;
+      EXPECT_NE(e.err.find("is not a finite positive number"), std::string::npos) << e.err;
+    }
+  }
   EXPECT_EQ(j["test_images"].get<int64_t>(), 10000);
   const double fp32 = j["fp32"]["accuracy"].get<double>();
   EXPECT_GT(fp32, 0.80);

@@ -51,6 +51,8 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
   sub->add_option("--keep-fp32", c.keep, "layers (module scopes, comma separated) left in fp32");
   sub->add_option("--limit", c.a.limit, "evaluate only the first N test images (0: all)")->capture_default_str();
   sub->add_option("--threads", c.a.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
+  sub->add_option("--out", c.a.out, "write the (first) method's int8 model as a QDQ .onnx file ONNX Runtime runs");
+  sub->add_option("--dump-outputs", c.a.dump_outputs, "write the (first) method's int8 logits on the test split as .npy");
   sub->add_flag("--json", c.json, "print JSON");
   return [] {
     c.a.methods = split_commas(c.method);
@@ -66,6 +68,9 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
                      {"test_images", r.test_images},
                      {"batch", r.batch},
                      {"per_tensor", r.per_tensor},
+                     {"normalize", {{"mean", r.normalize.mean}, {"std", r.normalize.std}}},
+                     {"out", r.out},
+                     {"out_bytes", r.out_bytes},
                      {"fp32", {{"accuracy", r.fp32_accuracy},
                                {"weight_bytes", r.fp32_weight_bytes},
                                {"arena_bytes", r.fp32_arena_bytes},

@@ -34,6 +34,7 @@ class DrySink : public OnnxSink {
   std::string const_i64(const std::vector<int64_t>&) override { return fmt::format("c{}", k_++); }
   std::string const_f32(float) override { return fmt::format("c{}", k_++); }
   std::string const_f32s(const std::vector<float>&) override { return fmt::format("c{}", k_++); }
+  std::string const_raw(int, const Shape&, const void*, size_t) override { return fmt::format("c{}", k_++); }
 
  private:
   int k_ = 0;
@@ -102,6 +103,11 @@ class ProtoSink : public OnnxSink {
     t->set_raw_data(v.data(), v.size() * 4);
     return t->name();
   }
+  std::string const_raw(int type, const Shape& dims, const void* data, size_t bytes) override {
+    auto* t = init(type, dims);
+    t->set_raw_data(data, bytes);
+    return t->name();
+  }
   std::string fresh(std::string base) {
     std::string n = base;
     for (int k = 1; taken_.count(n); ++k) n = fmt::format("{}_{}", base, k);
@@ -152,7 +158,8 @@ std::vector<std::string> lower(const graph::Graph& g, const graph::Node& n, Onnx
   }
   for (int id : n.outputs) a.out_specs.push_back(g.value(id).spec);
   for (const TensorSpec& s : a.in_specs)
-    if (!s.shape.empty() && s.dtype != DType::f32 && s.dtype != DType::i64 && s.dtype != DType::f64)
+    // (8-bit and i32 tensors are an int8 program's, in the QDQ format; bf16 and f16 are autocast's)
+    if (!s.shape.empty() && (s.dtype == DType::bf16 || s.dtype == DType::f16))
       throw OnnxUnsupported(fmt::format("[{}] on {} (export writes float32 graphs: export without --precision)",
                                         info.name, dtype_name(s.dtype)));
   std::vector<std::string> out = info.to_onnx(a, n.attrs.get());

@@ -566,6 +566,55 @@ Outs reshape_op(Ctx& c, Ins& in) {
   return {reshape(x, s)};
 }
 
+// QuantizeLinear / DequantizeLinear (the QDQ format: ONNX Runtime's quantize_static, reckon's own
+// int8 export): scale and zero point must be constants; per-axis parameters along `axis`.
+QuantizeAttrs qdq_attrs(Ctx& c, Ins& in, DType default_zp_type) {
+  QuantizeAttrs a;
+  RK_CHECK(in_at(in, 1).defined(), "{} needs a scale", c.n.op_type);
+  const Tensor& sc = in[1];
+  RK_CHECK(sc.dim() <= 1, "{}'s scale must be a scalar or 1-D tensor, got {}", c.n.op_type, sc.str());
+  a.scale.clear();
+  // A float initializer is a module tensor: on the meta device (a model planned, not run) its
+  // values are unknown and only its shape matters.
+  const std::vector<double> scales = sc.is_meta() ? std::vector<double>(size_t(sc.numel()), 1.0) : sc.to_vector();
+  for (double v : scales) {
+    RK_CHECK(std::isfinite(v) && v > 0, "{}'s scale {} is not a finite positive number", c.n.op_type, v);
+    a.scale.push_back(v);
+  }
+  a.zero_point.assign(a.scale.size(), 0);
+  a.dtype = default_zp_type == DType::i8 ? "s8" : "u8";
+  if (in_at(in, 2).defined()) {
+    const Tensor& zp = in[2];
+    RK_CHECK(zp.numel() == int64_t(a.scale.size()), "{}'s zero point must have the scale's shape, got {}",
+             c.n.op_type, zp.str());
+    RK_CHECK(zp.dtype() == DType::u8 || zp.dtype() == DType::i8 || zp.dtype() == DType::i32,
+             "{}'s zero point is {}: u8, s8 or (dequantize) i32 are supported", c.n.op_type, dtype_name(zp.dtype()));
+    if (!zp.is_meta()) {
+      auto v = zp.to_vector();
+      for (size_t i = 0; i < v.size(); ++i) a.zero_point[i] = int64_t(v[i]);
+    }
+    a.dtype = zp.dtype() == DType::i8 ? "s8" : "u8";
+  }
+  a.axis = c.n.get_i("axis", 1);
+  if (a.axis < 0) a.axis += in[0].dim();
+  return a;
+}
+Outs quantize_linear_op(Ctx& c, Ins& in) {
+  QuantizeAttrs a = qdq_attrs(c, in, DType::u8);
+  RK_CHECK(in[0].dtype() == DType::f32, "QuantizeLinear of {} is not supported (float32 only)", dtype_name(in[0].dtype()));
+  return {call1<QuantizeLinear>({in[0]}, a)};
+}
+Outs dequantize_linear_op(Ctx& c, Ins& in) {
+  QuantizeAttrs a = qdq_attrs(c, in, in[0].dtype());
+  // An integer initializer (a weight, a bias) lives on the host: dequantized there, it is a float
+  // constant of the model, on the model's device (the meta device: its shape only).
+  if (in[0].device() != c.device && c.device == Device::meta)
+    return {Tensor::empty(in[0].shape(), DType::f32, Device::meta)};
+  RK_CHECK(in[0].device() == c.device || c.device == Device::cpu,
+           "DequantizeLinear of a constant for the {} device is not supported", device_name(c.device));
+  return {call1<DequantizeLinear>({in[0]}, a)};
+}
+
 Outs flatten_op(Ctx& c, Ins& in) {
   const Tensor& x = in[0];
   int64_t axis = c.n.get_i("axis", 1);
@@ -894,6 +943,8 @@ const std::map<std::string, OpFn>& ops() {
       {"ReduceMean", [](Ctx& c, Ins& in) { return reduce(c, in, true, 18); }},
       {"ReduceSum", [](Ctx& c, Ins& in) { return reduce(c, in, false, 13); }},
       {"Flatten", flatten_op},
+      {"QuantizeLinear", quantize_linear_op},
+      {"DequantizeLinear", dequantize_linear_op},
       {"Reshape", reshape_op},
       {"Shape",
        [](Ctx& c, Ins& in) {

@@ -41,6 +41,8 @@ class OnnxSink {
   virtual std::string const_i64(const std::vector<int64_t>& v) = 0;
   virtual std::string const_f32(float v) = 0;
   virtual std::string const_f32s(const std::vector<float>& v) = 0;  // shape (v.size())
+  // A constant initializer of any type: its ONNX TensorProto.DataType, dims and raw bytes.
+  virtual std::string const_raw(int onnx_type, const Shape& dims, const void* data, size_t bytes) = 0;
 };
 
 struct OnnxArgs {

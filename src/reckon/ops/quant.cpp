@@ -242,3 +242,114 @@ Cost AddInt8::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, 
 SavedSet AddInt8::saved(const Attrs&, NeedsGrad) { return {}; }
 
 }  // namespace reckon
+
+// ---- ONNX: the QDQ format ----
+namespace reckon {
+namespace {
+int onnx_q_type(DType t) { return onnx_dtype(t); }
+
+std::string scale_init(OnnxSink& s, const std::vector<double>& sc) {
+  if (sc.size() == 1) return s.const_f32(float(sc[0]));
+  return s.const_f32s(std::vector<float>(sc.begin(), sc.end()));
+}
+std::string zero_point_init(OnnxSink& s, const std::vector<int64_t>& zp, DType t) {
+  const Shape dims = zp.size() == 1 ? Shape{} : Shape{int64_t(zp.size())};
+  if (t == DType::i32) {
+    std::vector<int32_t> v(zp.begin(), zp.end());
+    return s.const_raw(onnx_q_type(t), dims, v.data(), v.size() * 4);
+  }
+  std::vector<uint8_t> v;
+  for (int64_t z : zp) v.push_back(t == DType::u8 ? uint8_t(z) : uint8_t(int8_t(z)));
+  return s.const_raw(onnx_q_type(t), dims, v.data(), v.size());
+}
+std::vector<OnnxAttr> axis_attr(const std::vector<double>& sc, int64_t axis) {
+  if (sc.size() == 1) return {};
+  return {{"axis", axis}};
+}
+// DequantizeLinear(q) with these parameters (t: q's dtype).
+// An empty zp: the zero point is 0 and not written (ONNX's default; weights and biases).
+std::string dq(OnnxArgs& a, const std::string& q, const std::vector<double>& sc, const std::vector<int64_t>& zp, DType t,
+               int64_t axis = 1) {
+  std::vector<std::string> in{q, scale_init(a.sink, sc)};
+  if (!zp.empty()) in.push_back(zero_point_init(a.sink, zp, t));
+  return a.one("DequantizeLinear", in, axis_attr(sc, axis));
+}
+std::string qz(OnnxArgs& a, const std::string& x, double sc, int64_t zp, DType t) {
+  return a.one("QuantizeLinear", {x, scale_init(a.sink, {sc}), zero_point_init(a.sink, {zp}, t)});
+}
+// The post-ops of a quantized product on its real-valued output y (residual: its real value).
+std::string post_chain(OnnxArgs& a, std::string y, const std::vector<PostOp>& post, const std::string& residual) {
+  for (const auto& p : post) {
+    if (p.kind == "relu")
+      y = p.alpha == 0 ? a.one("Relu", {y}) : a.one("LeakyRelu", {y}, {{"alpha", p.alpha}});
+    else if (p.kind == "clamp")
+      y = a.one("Clip", {y, a.sink.const_f32(float(p.alpha)), a.sink.const_f32(float(p.beta))});
+    else if (p.kind == "sum")
+      y = a.one("Add", {y, residual});
+  }
+  return y;
+}
+// The real-valued product of a quantized conv or linear: DQ(x), DQ(w) per output channel, DQ(bias),
+// then `f32_op` (Conv or Gemm) on them.
+template <class F>
+std::string qproduct(OnnxArgs& a, const QuantLinearAttrs& q, F&& f32_op) {
+  const DType xt = a.in_specs[0].dtype;
+  const std::string x = dq(a, a.in[0], {q.x_scale}, {q.x_zero_point}, xt);
+  // (the zero points of weights and bias are written, though 0: ONNX Runtime fuses Gemm into
+  // QGemm only with them)
+  const std::string w = dq(a, a.in[1], q.w_scale, std::vector<int64_t>(q.w_scale.size(), 0), DType::i8, 0);
+  std::string b;
+  if (a.in.size() > 2 && !a.in[2].empty()) {
+    std::vector<double> bs;
+    for (double ws : q.w_scale) bs.push_back(q.x_scale * ws);
+    b = dq(a, a.in[2], bs, std::vector<int64_t>(bs.size(), 0), DType::i32, 0);
+  }
+  OnnxArgs f{a.sink, {x, w, b}, a.in_specs, a.out_specs};
+  std::string y = f32_op(f);
+  std::string r;
+  if (has_sum(q.post)) r = dq(a, a.in.at(3), {q.r_scale}, {0}, quant_residual_dtype("int8 product", q));
+  y = post_chain(a, y, q.post, r);
+  if (q.y_dtype == "f32") return y;
+  return qz(a, y, q.y_scale, q.y_zero_point, quant_dtype("int8 product", q.y_dtype));
+}
+}  // namespace
+
+std::vector<std::string> QuantizeLinear::onnx(OnnxArgs& o, const Attrs& a) {
+  const DType t = quant_dtype(kName, a.dtype);
+  return {o.one("QuantizeLinear", {o.in[0], scale_init(o.sink, a.scale), zero_point_init(o.sink, a.zero_point, t)},
+                axis_attr(a.scale, a.axis))};
+}
+std::vector<std::string> DequantizeLinear::onnx(OnnxArgs& o, const Attrs& a) {
+  return {dq(o, o.in[0], a.scale, a.zero_point, o.in_specs[0].dtype, a.axis)};
+}
+std::vector<std::string> Conv2dInt8::onnx(OnnxArgs& o, const Attrs& a) {
+  return {qproduct(o, a.q, [&](OnnxArgs& f) { return Conv2d::onnx(f, a.conv)[0]; })};
+}
+std::vector<std::string> LinearInt8::onnx(OnnxArgs& o, const Attrs& a) {
+  return {qproduct(o, a, [&](OnnxArgs& f) { return Linear::onnx(f, {})[0]; })};
+}
+std::vector<std::string> Pool2dInt8::onnx(OnnxArgs& o, const Attrs& a) {
+  const PoolAttrs& p = a.pool;
+  std::vector<OnnxAttr> at = {{"kernel_shape", std::vector<int64_t>{p.kernel[0], p.kernel[1]}},
+                              {"strides", std::vector<int64_t>{p.stride[0], p.stride[1]}},
+                              {"pads", std::vector<int64_t>{p.padding[0], p.padding[1], p.padding[0], p.padding[1]}}};
+  if (a.mode == "max") {  // MaxPool takes 8-bit tensors as they are (opset 12+)
+    if (p.dilation[0] != 1 || p.dilation[1] != 1)
+      at.push_back({"dilations", std::vector<int64_t>{p.dilation[0], p.dilation[1]}});
+    return {o.one("MaxPool", {o.in[0]}, at)};
+  }
+  // An average commutes with the affine map of any scale and zero point: through unit ones, the
+  // rounding is the reference's (the window's sum over its count, ties to even).
+  const DType t = o.in_specs[0].dtype;
+  at.push_back({"count_include_pad", int64_t(p.count_include_pad ? 1 : 0)});
+  const std::string x = dq(o, o.in[0], {1.0}, {0}, t);
+  return {qz(o, o.one("AveragePool", {x}, at), 1.0, 0, t)};
+}
+std::vector<std::string> AddInt8::onnx(OnnxArgs& o, const Attrs& a) {
+  std::string y = o.one("Add", {dq(o, o.in[0], {a.a_scale}, {a.a_zero_point}, o.in_specs[0].dtype),
+                                dq(o, o.in[1], {a.b_scale}, {a.b_zero_point}, o.in_specs[1].dtype)});
+  if (a.relu) y = o.one("Relu", {y});
+  return {qz(o, y, a.y_scale, a.y_zero_point, quant_dtype(kName, a.y_dtype))};
+}
+
+}  // namespace reckon

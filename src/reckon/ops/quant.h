@@ -14,6 +14,9 @@
 //    and saturated. With an f32 output (y_dtype "f32") y_scale is 1 and nothing is rounded.
 // Weights are s8, symmetric (zero point 0), per output channel (w_scale has one entry per
 // output channel) or per tensor (one entry).
+// ONNX: each op exports in the QDQ format ONNX Runtime runs (QuantizeLinear / DequantizeLinear
+// around float Conv, Gemm, pooling and Add; per-axis scales for per-channel weights), so an int8
+// program (engine/quantize.h) is written as one QDQ file.
 // Not here: choosing scales (engine/quantize.h), gradients (these run a quantized forward; the
 // fake quantization of quantization-aware training is not an int8 op).
 #pragma once
@@ -48,17 +51,15 @@ struct QuantizeAttrs {
 };
 inline constexpr std::string_view kQuantNoGradient =
     "a quantized op: int8 inference runs a forward that no backward runs through";
-inline constexpr std::string_view kQuantNotExportable =
-    "an int8 op of the engine: QDQ export of a quantized program is not written yet";
 
 // in = (x f32) -> q (dtype).
 struct QuantizeLinear {
   static constexpr std::string_view kName = "quantize_linear";
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantizeAttrs);
   RK_OP_REF;
   RK_OP_CPU;
+  RK_OP_ONNX;
 };
 
 // in = (q u8/s8/i32) -> x f32 = (float(q) - zero_point) * float(scale) (ONNX DequantizeLinear).
@@ -66,10 +67,10 @@ struct QuantizeLinear {
 struct DequantizeLinear {
   static constexpr std::string_view kName = "dequantize_linear";
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantizeAttrs);
   RK_OP_REF;
   RK_OP_CPU;
+  RK_OP_ONNX;
 };
 
 // The quantization of a conv or linear call: its input's, its weights', its output's and its
@@ -109,10 +110,10 @@ struct Conv2dInt8 {
   static constexpr std::string_view kName = "conv2d_int8";
   static constexpr OpClass kClass = OpClass::conv;
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantConvAttrs);
   RK_OP_REF;
   RK_OP_CPU;
+  RK_OP_ONNX;
 };
 
 // in = (x u8/s8 (N, IN), w s8 (OUT, IN), bias i32 (OUT) or undefined, residual iff a sum step)
@@ -121,10 +122,10 @@ struct LinearInt8 {
   static constexpr std::string_view kName = "linear_int8";
   static constexpr OpClass kClass = OpClass::linear;
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantLinearAttrs);
   RK_OP_REF;
   RK_OP_CPU;
+  RK_OP_ONNX;
 };
 
 // Pooling of 8-bit values, which keep their scale and zero point: max, or average (the window's
@@ -138,9 +139,9 @@ struct QuantPoolAttrs {
 struct Pool2dInt8 {
   static constexpr std::string_view kName = "pool2d_int8";
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantPoolAttrs);
   RK_OP_REF;
+  RK_OP_ONNX;
 };
 
 // y = saturate(round(float(a_scale / y_scale) * (a - a_zp) + float(b_scale / y_scale) * (b - b_zp)
@@ -155,9 +156,9 @@ struct QuantAddAttrs {
 struct AddInt8 {
   static constexpr std::string_view kName = "add_int8";
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
-  static constexpr std::string_view kNotExportable = kQuantNotExportable;
   RK_OP_DECLS(QuantAddAttrs);
   RK_OP_REF;
+  RK_OP_ONNX;
 };
 
 #define RK_QUANT_OPS(X) X(QuantizeLinear) X(DequantizeLinear) X(Conv2dInt8) X(LinearInt8) X(Pool2dInt8) X(AddInt8)

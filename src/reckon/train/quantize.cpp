@@ -8,6 +8,8 @@
 #include <map>
 
 #include "reckon/engine/engine.h"
+#include "reckon/io/npy.h"
+#include "reckon/onnx/export.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op_list.h"
@@ -78,6 +80,7 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   r.data = a.data;
   r.batch = a.batch;
   r.per_tensor = a.per_tensor;
+  r.normalize = s.norm;
 
   // Calibration: full batches of the training split, shuffled with a fixed seed.
   engine::Program prog = fused_program(model, chw, a.batch);
@@ -166,6 +169,7 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     std::vector<int64_t> right(methods.size(), 0), agree(methods.size(), 0);
     std::vector<double> sig(methods.size(), 0), noise(methods.size(), 0);
     std::vector<int64_t> pf, pq;
+    std::vector<float> dumped;
     const int64_t K = s.test->num_classes();
     while ((a.limit == 0 || n < a.limit) && loader.next(b)) {
       check_labels(b, K, a.data, 0);
@@ -179,6 +183,7 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
         right[k] += count_correct(yq, b.y, &pq);
         for (size_t i = 0; i < pf.size(); ++i) agree[k] += pf[i] == pq[i];
         const float* pyq = yq.data<float>();
+        if (k == 0 && !a.dump_outputs.empty()) dumped.insert(dumped.end(), pyq, pyq + yq.numel());
         for (int64_t i = 0; i < yq.numel(); ++i) {
           sig[k] += double(pyf[i]) * pyf[i];
           noise[k] += double(pyf[i] - pyq[i]) * (pyf[i] - pyq[i]);
@@ -193,6 +198,21 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
       r.methods[k].agreement = n ? double(agree[k]) / double(n) : 0;
       r.methods[k].output_sqnr_db = noise[k] > 0 ? 10 * std::log10(sig[k] / noise[k]) : INFINITY;
     }
+    if (!a.dump_outputs.empty()) {
+      Tensor t = Tensor::empty({n, K}, DType::f32);
+      std::copy(dumped.begin(), dumped.end(), t.data<float>());
+      io::write_npy(a.dump_outputs, t);
+    }
+  }
+
+  // The first method's program as a QDQ file (batch dimension left symbolic).
+  if (!a.out.empty()) {
+    auto q = engine::quantize_program(prog, cal, opts[0]);
+    const std::string bytes = onnx::export_graph(
+        q.program.graph, [&](const graph::Value& v) { return q.program.constants.at(v.id); }, {.dynamic_batch = true});
+    onnx::write_file_atomic(a.out, bytes);
+    r.out = a.out;
+    r.out_bytes = int64_t(bytes.size());
   }
 
   // Size and speed at the report's batch size.
@@ -252,6 +272,9 @@ std::string format_quantize(const QuantizeReport& r) {
     s += fmt::format("  {:<24} {:>8.2f}% {:>8.2f} {:>9.2f}% {:>7.1f} dB {:>12} {:>12} {:>10.3f}\n", "int8 " + m.method,
                      100 * m.int8_accuracy, 100 * (r.fp32_accuracy - m.int8_accuracy), 100 * m.agreement,
                      m.output_sqnr_db, kib(m.int8_weight_bytes), kib(m.int8_arena_bytes), m.int8_ms);
+  if (!r.out.empty())
+    s += fmt::format("wrote {} ({}: QDQ ONNX of the {} program, {})\n", r.out, kib(r.out_bytes), r.methods[0].method,
+                     "inputs normalised as the report's training run");
   if (!r.methods.empty() && !r.methods[0].impls.empty()) {
     s += "int8 convolutions ran:";
     for (const auto& i : r.methods[0].impls) s += " " + i;

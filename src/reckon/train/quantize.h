@@ -5,11 +5,13 @@
 // fp32 output), top-1 accuracy on the test split fp32 against int8 (both through the inference
 // engine), the agreement of their predictions, weight bytes, arena bytes and latency of each.
 // With several methods each is calibrated from the same observations and reported side by side.
-// Not here: writing the int8 model to a file (QDQ ONNX export is not written yet), QAT.
+// --out writes the first method's int8 program as a QDQ ONNX file (ops/quant.h) that ONNX Runtime
+// runs. Not here: QAT, importing QDQ files.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "reckon/data/loader.h"
 #include "reckon/engine/quantize.h"
 
 namespace reckon::train {
@@ -23,6 +25,8 @@ struct QuantizeArgs {
   std::vector<std::string> keep_fp32;
   int threads = 0;
   int64_t limit = 0;  // test images evaluated (0: all)
+  std::string out;           // the first method's int8 model as a QDQ .onnx file ("": none)
+  std::string dump_outputs;  // the first method's int8 logits on the test images, as .npy ("": none)
 };
 
 struct LayerReport {
@@ -46,6 +50,9 @@ struct QuantizeReport {
   std::string model, data;
   int64_t calib_images = 0, test_images = 0, batch = 0;
   bool per_tensor = false;
+  data::Normalize normalize;  // what the inputs were normalised with (a QDQ file's user needs it)
+  std::string out;            // the file written, if any
+  int64_t out_bytes = 0;
   double fp32_accuracy = 0;
   int64_t fp32_weight_bytes = 0, fp32_arena_bytes = 0;
   double fp32_ms = 0;

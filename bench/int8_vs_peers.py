@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""int8 inference speed: reckon's int8 engine next to reckon's fp32 engine, ONNX Runtime's int8
+(its own quantize_static QDQ model of the same file) and PyTorch's x86 int8 backend, same model,
+same batch, same threads, in one run.
+
+    python3 bench/int8_vs_peers.py [--reckon build/reckon] [--threads 2] [--repeats 3]
+                                   [--cases resnet18_cifar:1,...] [--min-time 2] [--json out.json]
+
+For each case (model, batch) the model is built in PyTorch (scripts/torch_models.py) with random
+weights and exported once to ONNX (opset 17, the batch fixed), as bench/infer_vs_peers.py does.
+Then, each repeat in fresh processes and in turn (one runs at a time):
+  reckon fp32:  `reckon bench-infer FILE --precision fp32 --json`;
+  reckon int8:  `reckon bench-infer FILE --precision int8 --json` (min-max calibration on random
+                batches, s8 per-channel weights, u8/s8 activations with zero point 0);
+  ORT int8:     onnxruntime.quantization's quant_pre_process then quantize_static on the same file (QDQ, per-channel
+                s8 weights, u8 activations, min-max calibration on 8 random batches), run with
+                ORT_ENABLE_ALL, intra-op threads T, one session alive at a time;
+  PyTorch int8: torch.ao.quantization's FX graph mode with the x86 backend's default qconfig,
+                calibrated on 8 random batches, under each interpreter that has torch (the faster
+                kept and named); a model it cannot trace is reported as n/a.
+Each reports the median of single-run latencies (p50); images/s = batch / p50; the table has the
+median over repeats, reckon int8's ratio to each peer (above 1: reckon is faster) and its share of
+the machine's int8 peak, given as --int8-peak (G MAC/s over all threads; measure it, e.g. with
+oneDNN's benchdnn or a vpdpbusd loop). Not a test: nothing here fails on a slow result.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import infer_vs_peers as base  # noqa: E402
+
+CASES = [("lenet5", 256), ("resnet18_cifar", 1), ("resnet18_cifar", 128), ("resnet50", 1), ("mobilenet_v2", 1)]
+
+
+def random_batches(shape, n, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
+
+
+def quantize_ort(src, dst, batch):
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    # ONNX Runtime's recommended first step (its optimizer and shape inference): without it the
+    # Identity nodes torch's exporter puts before shared initializers keep 16 of resnet18's 20
+    # convolutions out of the QDQ -> QLinearConv fusion.
+    pre = dst + ".pre.onnx"
+    quant_pre_process(src, pre)
+    src = pre
+    m = onnx.load(src)
+    inp = m.graph.input[0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{inp.name: x} for x in random_batches(shape, 8)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax)
+
+
+def worker_torch_int8(model, batch, threads, min_time):
+    import torch
+    import torch_models
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    torch.set_num_threads(threads)
+    torch.backends.quantized.engine = "x86"
+    net = torch_models.build(model).eval()
+    c, h, w = torch_models.input_shape(model)
+    x = torch.randn(batch, c, h, w)
+    prepared = prepare_fx(net, get_default_qconfig_mapping("x86"), example_inputs=(x,))
+    with torch.no_grad():
+        for xb in random_batches([batch, c, h, w], 8):
+            prepared(torch.from_numpy(xb))
+    q = convert_fx(prepared)
+    with torch.no_grad():
+        p50, n = base.timed(lambda: q(x), min_time)
+    return {"p50_ms": 1e3 * p50, "runs": n, "version": torch.__version__}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reckon", default=os.path.join(ROOT, "build", "reckon"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=2.0)
+    ap.add_argument("--cases", default=",".join(f"{m}:{b}" for m, b in CASES))
+    ap.add_argument("--pythons", default=f"{sys.executable},/usr/bin/python3")
+    ap.add_argument("--int8-peak", type=float, default=0.0, help="the machine's measured int8 G MAC/s (all threads)")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        kind, target, batch = a.worker[0], a.worker[1], int(a.worker[2])
+        r = base.worker_ort(target, batch, a.threads, a.min_time) if kind == "ort" else \
+            worker_torch_int8(target, batch, a.threads, a.min_time)
+        print(json.dumps(r))
+        return
+    cases = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")]
+    pythons = [p for p in a.pythons.split(",")
+               if subprocess.run([p, "-c", "import torch"], capture_output=True).returncode == 0]
+    tmp = tempfile.mkdtemp(prefix="reckon_int8_")
+    results = []
+    for model, batch in cases:
+        fp32 = os.path.join(tmp, f"{model}_b{batch}.onnx")
+        qdq = os.path.join(tmp, f"{model}_b{batch}.qdq.onnx")
+        base.export(model, batch, fp32)
+        quantize_ort(fp32, qdq, batch)
+        runs = {"reckon_fp32": [], "reckon_int8": [], "ort_int8": []}
+        torch_runs = {p: [] for p in pythons}
+        info = {}
+        for _ in range(a.repeats):
+            for prec in ("fp32", "int8"):
+                r = base.run_json([a.reckon, "bench-infer", fp32, "--batch", str(batch), "--threads", str(a.threads),
+                                   "--min-time", str(a.min_time), "--precision", prec, "--json"])
+                if "p50_ms" in r:
+                    runs[f"reckon_{prec}"].append(r["p50_ms"])
+                    info[f"reckon_{prec}"] = {k: r[k] for k in ("reorders_per_run", "kernel_steps", "cpu_isa",
+                                                                "weight_bytes", "arena_bytes")}
+                else:
+                    info[f"reckon_{prec}_error"] = r.get("error")
+            o = base.run_json([sys.executable, __file__, "--threads", str(a.threads), "--min-time", str(a.min_time),
+                               "--worker", "ort", qdq, str(batch)])
+            if "p50_ms" in o:
+                runs["ort_int8"].append(o["p50_ms"])
+                info["ort_version"] = o["version"]
+            else:
+                info["ort_error"] = o.get("error")
+            for p in pythons:
+                t = base.run_json([p, __file__, "--threads", str(a.threads), "--min-time", str(a.min_time),
+                                   "--worker", "torch", model, str(batch)], env=base.torch_env())
+                if "p50_ms" in t:
+                    torch_runs[p].append(t["p50_ms"])
+                    info[f"torch:{p}"] = {"version": t["version"]}
+                else:
+                    info[f"torch_error:{p}"] = t.get("error")
+        med = {k: statistics.median(v) for k, v in runs.items() if v}
+        best = None
+        for p, v in torch_runs.items():
+            if v and (best is None or statistics.median(v) < best[1]):
+                best = (p, statistics.median(v))
+        out = subprocess.run([a.reckon, "ledger", fp32, "--batch", str(batch), "--inference", "--json"],
+                             capture_output=True, text=True)
+        macs = json.loads(out.stdout) if out.returncode == 0 else {}
+        row = {"model": model, "batch": batch, "threads": a.threads, **{f"{k}_p50_ms": v for k, v in med.items()},
+               "torch_int8_p50_ms": best[1] if best else None,
+               "torch": info.get(f"torch:{best[0]}") if best else None,
+               "macs": macs.get("totals", {}).get("macs"), "info": info}
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr)
+
+    def ips(b, ms):
+        return b / (ms / 1e3) if ms else float("nan")
+
+    print(f"\n{a.threads} threads; median of {a.repeats} repeats of p50 latency; images/s = batch / p50")
+    peak = f" | reckon int8 share of {a.int8_peak:.0f} G MAC/s" if a.int8_peak else ""
+    print("| case | reckon fp32 img/s | reckon int8 img/s | ORT int8 img/s | PyTorch int8 img/s | int8 / fp32 "
+          f"| reckon / ORT | reckon / PyTorch{peak} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.int8_peak else ""))
+    for r in results:
+        b = r["batch"]
+        f, i = ips(b, r.get("reckon_fp32_p50_ms")), ips(b, r.get("reckon_int8_p50_ms"))
+        o, t = ips(b, r.get("ort_int8_p50_ms")), ips(b, r.get("torch_int8_p50_ms"))
+        tname = f" ({r['torch']['version']})" if r["torch"] else " (n/a)"
+        share = ""
+        if a.int8_peak and r["macs"] and r.get("reckon_int8_p50_ms"):
+            share = f" | {r['macs'] / (r['reckon_int8_p50_ms'] / 1e3) / 1e9 / a.int8_peak:.0%}"
+        print(f"| {r['model']} batch {b} | {f:,.1f} | {i:,.1f} | {o:,.1f} | {t:,.1f}{tname} | {i / f:.2f} | "
+              f"{i / o:.2f} | {i / t:.2f}{share} |")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
