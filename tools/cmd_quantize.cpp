@@ -48,7 +48,11 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
                   "minmax | moving-average | percentile[=P] | mse | entropy | all, or several separated by commas")
       ->capture_default_str();
   sub->add_flag("--per-tensor", c.a.per_tensor, "one weight scale per layer instead of one per output channel");
-  sub->add_option("--keep-fp32", c.keep, "layers (module scopes, comma separated) left in fp32");
+  sub->add_option("--keep-fp32", c.keep,
+                  "layers (module scopes, comma separated) left in fp32; auto: the most sensitive, until the drop is "
+                  "within --max-drop");
+  sub->add_option("--max-drop", c.a.max_drop, "--keep-fp32 auto: the top-1 drop allowed, in points")
+      ->capture_default_str();
   sub->add_option("--limit", c.a.limit, "evaluate only the first N test images (0: all)")->capture_default_str();
   sub->add_option("--threads", c.a.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
   sub->add_option("--out", c.a.out, "write the (first) method's int8 model as a QDQ .onnx file ONNX Runtime runs");
@@ -56,7 +60,10 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
   sub->add_flag("--json", c.json, "print JSON");
   return [] {
     c.a.methods = split_commas(c.method);
-    c.a.keep_fp32 = split_commas(c.keep);
+    for (const auto& k : split_commas(c.keep)) {
+      if (k == "auto") c.a.keep_auto = true;
+      else c.a.keep_fp32.push_back(k);
+    }
     const train::QuantizeReport r = train::quantize_model(c.a);
     if (!c.json) {
       std::printf("%s", train::format_quantize(r).c_str());
@@ -90,6 +97,9 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
                           {"y_max", l.layer.y_max},
                           {"y_threshold", l.layer.y_threshold},
                           {"sqnr_db", std::isfinite(l.sqnr_db) ? l.sqnr_db : 999.0}});
+      nlohmann::json auto_steps = nlohmann::json::array();
+      for (const auto& st : m.auto_steps)
+        auto_steps.push_back({{"layer", st.layer}, {"alone_sqnr_db", st.alone_sqnr_db}, {"accuracy", st.accuracy}});
       j["methods"].push_back({{"method", m.method},
                               {"accuracy", m.int8_accuracy},
                               {"agreement", m.agreement},
@@ -100,6 +110,9 @@ tools::RegisterCommand reg_quantize([](CLI::App& app, CLI::App*& sub) -> tools::
                               {"quantize_steps", m.quantize_steps},
                               {"dequantize_steps", m.dequantize_steps},
                               {"kept_fp32", m.kept_fp32},
+                              {"full_int8_accuracy", m.full_int8_accuracy},
+                              {"auto_met", m.auto_met},
+                              {"auto_steps", auto_steps},
                               {"conv_impls", m.impls},
                               {"layers", layers}});
     }

@@ -65,11 +65,6 @@ memory::desc plain_md(const Shape& s, DType t, const Shape& strides = {}) {
 }
 bool dense(const Shape& s, const Shape& strides) { return strides == contiguous_strides(s); }
 
-template <class A>
-const A& attrs_of(const Node& n) {
-  return *static_cast<const A*>(n.attrs.get());
-}
-
 // A post-op chain as oneDNN post-ops; false when a step has no oneDNN form.
 bool append_post(dnnl::post_ops& po, const std::vector<PostOp>& post, size_t from = 0) {
   for (size_t i = from; i < post.size(); ++i) {

@@ -13,15 +13,6 @@ namespace {
 using graph::Graph;
 using graph::Node;
 
-template <class A>
-const A& attrs_of(const Node& n) {
-  return *static_cast<const A*>(n.attrs.get());
-}
-template <class A>
-std::shared_ptr<void> make_attrs(A a) {
-  return std::make_shared<A>(std::move(a));
-}
-
 int producer(const Graph& g, int v) { return v < 0 ? -1 : g.values[size_t(v)].producer; }
 bool is_graph_output(const Graph& g, int v) {
   for (int o : g.outputs)

@@ -5,6 +5,7 @@
 // does not run. The graph-editing helpers the passes share are here too.
 // Not here: the passes (passes.h) or the runner (engine.h).
 #pragma once
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,15 @@ struct Program {
 Program make_program(nn::Module& m, const Shape& input_shape);
 
 // ---- graph editing (the passes) ----
+// A node's attributes as its op's Attrs type, and a new node's attributes.
+template <class A>
+const A& attrs_of(const graph::Node& n) {
+  return *static_cast<const A*>(n.attrs.get());
+}
+template <class A>
+std::shared_ptr<void> make_attrs(A a) {
+  return std::make_shared<A>(std::move(a));
+}
 // How many nodes read each value, plus one for each graph output it is.
 std::vector<int> use_counts(const graph::Graph& g);
 // Every read of value `from` (node inputs, graph outputs) reads `to` instead.

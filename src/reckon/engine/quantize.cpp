@@ -118,6 +118,43 @@ void Calibrator::observe(const Tensor& x) {
   ++batches_;
 }
 
+void Calibrator::fix(int v, double lo, double hi) {
+  RK_CHECK(v >= 0 && size_t(v) < obs_.size(), "[quantize] no value {} to fix a range of", v);
+  RK_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "[quantize] a fixed range [{}, {}] must be finite and ordered",
+           lo, hi);
+  Observation& ob = obs_[size_t(v)];
+  ob.min = ob.ema_min = lo;
+  ob.max = ob.ema_max = hi;
+  ob.batches = std::max<int64_t>(ob.batches, 1);
+  ob.fixed = true;
+}
+
+int64_t fix_input_ranges(const Program& p, Calibrator& cal, const std::map<std::string, std::pair<double, double>>& ranges) {
+  int64_t fixed = 0;
+  for (const Node& n : p.graph.nodes) {
+    const bool product = n.op == op_id<Conv2d> || n.op == op_id<FusedConv2d> || n.op == op_id<Linear> ||
+                         n.op == op_id<FusedLinear>;
+    if (!product) continue;
+    auto out = ranges.find(n.scope + ":out");
+    if (out != ranges.end()) {
+      cal.fix(n.outputs[0], out->second.first, out->second.second);
+      ++fixed;
+    }
+    auto it = ranges.find(n.scope);
+    if (it == ranges.end()) continue;
+    int v = n.inputs[0];
+    while (p.graph.value(v).producer >= 0) {
+      const Node& src = p.graph.nodes[size_t(p.graph.value(v).producer)];
+      const bool pool = src.op == op_id<MaxPool2d> || src.op == op_id<AvgPool2d> || src.op == op_id<AdaptiveAvgPool2d>;
+      if (!pool && !(op_info(src.op).is_view && src.inputs.size() == 1)) break;
+      v = src.inputs[0];
+    }
+    cal.fix(v, it->second.first, it->second.second);
+    ++fixed;
+  }
+  return fixed;
+}
+
 // ---- thresholds ----
 void parse_method(const std::string& s, QuantOptions& o) {
   std::string m = s;
@@ -231,12 +268,33 @@ double entropy_threshold(const Observation& ob, int levels) {
 double threshold(const Observation& ob, const QuantOptions& o, int levels) {
   const double absmax = std::max(std::abs(ob.min), std::abs(ob.max));
   double t = absmax;
-  if (o.method == "moving-average") t = std::max(std::abs(ob.ema_min), std::abs(ob.ema_max));
+  if (ob.fixed) t = absmax;
+  else if (o.method == "moving-average") t = std::max(std::abs(ob.ema_min), std::abs(ob.ema_max));
   else if (o.method == "percentile") t = percentile_threshold(ob, o.percentile_p);
   else if (o.method == "mse") t = mse_threshold(ob, levels);
   else if (o.method == "entropy") t = entropy_threshold(ob, levels);
   t = std::min(t, absmax);
   return t > 0 && std::isfinite(t) ? t : 1.0;
+}
+
+// ---- the rules ----
+std::vector<double> weight_scales(const Tensor& w, bool per_channel) {
+  Tensor c = contiguous(cast(w, DType::f32));
+  const int64_t O = c.size(0), K = c.numel() / O;
+  const float* p = c.data<float>();
+  std::vector<double> s(per_channel ? size_t(O) : 1, 0.0);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t k = 0; k < K; ++k) {
+      double& m = s[per_channel ? size_t(o) : 0];
+      m = std::max(m, double(std::abs(p[o * K + k])));
+    }
+  for (double& v : s) v = v > 0 ? v / 127.0 : 1.0;
+  return s;
+}
+
+std::pair<DType, double> activation_qparams(double min, double threshold) {
+  const bool u8 = min >= 0;
+  return {u8 ? DType::u8 : DType::i8, threshold / (u8 ? 255.0 : 127.0)};
 }
 
 // ---- the rewrite ----
@@ -246,15 +304,6 @@ struct QParams {
   double scale = 0;
   int64_t zp = 0;
 };
-
-template <class A>
-const A& attrs_of(const Node& n) {
-  return *static_cast<const A*>(n.attrs.get());
-}
-template <class A>
-std::shared_ptr<void> make_attrs(A a) {
-  return std::make_shared<A>(std::move(a));
-}
 
 bool int8_post(const std::vector<PostOp>& post) {
   for (const auto& p : post)
@@ -311,8 +360,7 @@ struct Rewriter {
     RK_CHECK(ob.observed(), "[quantize] value {} was not observed: calibrate with at least one batch",
              graph::value_ref(g(), v));
     QParams q;
-    q.dtype = ob.min >= 0 ? DType::u8 : DType::i8;
-    q.scale = threshold(ob, opt, q.dtype == DType::u8 ? 255 : 127) / (q.dtype == DType::u8 ? 255 : 127);
+    std::tie(q.dtype, q.scale) = activation_qparams(ob.min, threshold(ob, opt, ob.min >= 0 ? 255 : 127));
     return q;
   }
 
@@ -355,13 +403,7 @@ struct Rewriter {
     Tensor c = contiguous(cast(w, DType::f32));
     const int64_t O = c.size(0), K = c.numel() / O;
     const float* p = c.data<float>();
-    std::vector<double> s(opt.per_channel ? size_t(O) : 1, 0.0);
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t k = 0; k < K; ++k) {
-        double& m = s[opt.per_channel ? size_t(o) : 0];
-        m = std::max(m, double(std::abs(p[o * K + k])));
-      }
-    for (double& v : s) v = v > 0 ? v / 127.0 : 1.0;
+    const std::vector<double> s = weight_scales(c, opt.per_channel);
     Tensor q = Tensor::empty(c.shape(), DType::i8);
     int8_t* pq = q.data<int8_t>();
     for (int64_t o = 0; o < O; ++o) {

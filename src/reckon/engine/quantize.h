@@ -20,7 +20,9 @@
 // Not here: quantization-aware training, QDQ ONNX import and export, or per-layer sensitivity
 // search beyond the report (the CLI does that: train/quantize.h).
 #pragma once
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reckon/engine/program.h"
@@ -34,6 +36,7 @@ struct Observation {
   int64_t batches = 0;
   double hist_range = 0;            // the histogram covers |x| in [0, hist_range]
   std::vector<double> hist;         // counts of |x|
+  bool fixed = false;               // a range set by fix(): every method's threshold is max(|min|, |max|)
   bool observed() const { return batches > 0; }
 };
 
@@ -44,6 +47,9 @@ class Calibrator {
   // Runs the program eagerly on x (the program's input shape but any batch size) and updates
   // every value's observation.
   void observe(const Tensor& x);
+  // Sets value v's range to [lo, hi] for every method (a range learnt by quantization-aware
+  // training: train/qat.h). requires: lo <= hi, both finite.
+  void fix(int v, double lo, double hi);
   const std::vector<Observation>& observations() const { return obs_; }
   int64_t batches() const { return batches_; }
 
@@ -53,6 +59,13 @@ class Calibrator {
   int64_t batches_ = 0;
   std::vector<Observation> obs_;  // by value id
 };
+
+// Fixes (Calibrator::fix) the range of each conv or linear layer's input named in `ranges` (by
+// the layer's scope, as quantization-aware training learnt them: train/qat.h) at the value the
+// int8 program quantizes for it: traced back through pooling and views (which keep their
+// input's scale) to the value the layer before writes; "LAYER:out" fixes the range of that
+// layer's output (a residual the int8 program reads). Returns how many ranges it fixed.
+int64_t fix_input_ranges(const Program& p, Calibrator& cal, const std::map<std::string, std::pair<double, double>>& ranges);
 
 // "minmax", "moving-average", "percentile" (P as percentile_p), "mse", "entropy".
 struct QuantOptions {
@@ -65,6 +78,15 @@ struct QuantOptions {
 void parse_method(const std::string& s, QuantOptions& o);
 // The clipping threshold of one observation under a method, for `levels` positive steps.
 double threshold(const Observation& ob, const QuantOptions& o, int levels);
+
+// The two rules every int8 value follows (the rewrite below, and quantization-aware training's
+// fake quantization: train/qat.h), defined once:
+// weights w (O, ...): s8, symmetric, scale max |w| / 127 per output channel (one per tensor when
+// !per_channel; 1 where all are 0);
+std::vector<double> weight_scales(const Tensor& w, bool per_channel);
+// an activation observed down to `min` and clipped at `threshold` (> 0): u8 when min >= 0 (scale
+// threshold / 255), else s8 (threshold / 127); zero point 0.
+std::pair<DType, double> activation_qparams(double min, double threshold);
 
 // One quantized layer, as the report prints it.
 struct QuantLayer {

@@ -53,8 +53,9 @@ Module::Module(std::string type_name, Device device)
 Tensor Module::operator()(const Tensor& x) {
   ScopeGuard scope(name_);
   if (recompute_ && grad_enabled() && !recomputing())
-    return checkpointed({this}, [this](const Tensor& in) { return forward(in); }, x);
-  return forward(x);
+    return checkpointed({this}, [this](const Tensor& in) { return forward_override_ ? forward_override_(in) : forward(in); },
+                        x);
+  return forward_override_ ? forward_override_(x) : forward(x);
 }
 
 Tensor Module::checkpointed(const std::vector<Module*>& modules, std::function<Tensor(const Tensor&)> fn,

@@ -60,6 +60,11 @@ class Module {
   // again (in the training modes the modules had at the forward) before its own backward.
   Tensor operator()(const Tensor& x);
   virtual Tensor forward(const Tensor& x) = 0;
+  // A replacement for forward() that operator() calls while one is set (quantization-aware
+  // training runs a convolution with fake-quantized weights so: train/qat.h); empty: none.
+  using ForwardFn = std::function<Tensor(const Tensor&)>;
+  void set_forward_override(ForwardFn f) { forward_override_ = std::move(f); }
+  bool has_forward_override() const { return bool(forward_override_); }
 
   // Recomputation of this module as one block (not recursive; nn::enable_recompute in
   // nn/recompute.h picks the blocks of a model). Changes no parameter or buffer.
@@ -146,6 +151,7 @@ class Module {
   Device device_;
   bool training_ = true;
   bool recompute_ = false;
+  ForwardFn forward_override_;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

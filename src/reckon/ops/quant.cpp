@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/matmul.h"
 
@@ -180,6 +181,34 @@ Cost DequantizeLinear::cost(std::span<const Tensor> in, std::span<const TensorSp
 }
 SavedSet DequantizeLinear::saved(const Attrs&, NeedsGrad) { return {}; }
 
+// ---- fake_quantize ----
+std::vector<TensorSpec> FakeQuantize::infer(std::span<const Tensor> in, const Attrs& a) {
+  RK_CHECK(in.size() == 1 && in[0].defined(), "[fake_quantize] takes one tensor");
+  RK_CHECK(in[0].dtype() == DType::f32, "[fake_quantize] takes f32, got {}", dtype_name(in[0].dtype()));
+  check_qparams(kName, a, in[0].shape(), quant_dtype(kName, a.dtype));
+  return {in[0].spec()};
+}
+Cost FakeQuantize::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, 5);
+}
+SavedSet FakeQuantize::saved(const Attrs&, NeedsGrad) { return {1u, 0}; }
+std::vector<Tensor> FakeQuantize::backward(const BackwardArgs& b, const Attrs& a) {
+  return {call1<FakeQuantizeBackward>({b.grad_outputs[0], b.inputs[0]}, a)};
+}
+Tensor fake_quantize(const Tensor& x, const QuantizeAttrs& a) { return call1<FakeQuantize>({x}, a); }
+
+std::vector<TensorSpec> FakeQuantizeBackward::infer(std::span<const Tensor> in, const Attrs& a) {
+  RK_CHECK(in.size() == 2 && in[0].defined() && in[1].defined() && in[0].shape() == in[1].shape() &&
+               in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32,
+           "[fake_quantize_backward] takes dy and x, f32 of one shape");
+  check_qparams(kName, a, in[1].shape(), quant_dtype(kName, a.dtype));
+  return {in[0].spec()};
+}
+Cost FakeQuantizeBackward::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
+  return elementwise_cost(in, out, 4);
+}
+SavedSet FakeQuantizeBackward::saved(const Attrs&, NeedsGrad) { return {}; }
+
 // ---- conv2d_int8 / linear_int8 ----
 std::vector<TensorSpec> Conv2dInt8::infer(std::span<const Tensor> in, const Attrs& a) {
   check_qproduct(kName, in, a.q);
@@ -318,6 +347,12 @@ std::vector<std::string> QuantizeLinear::onnx(OnnxArgs& o, const Attrs& a) {
   const DType t = quant_dtype(kName, a.dtype);
   return {o.one("QuantizeLinear", {o.in[0], scale_init(o.sink, a.scale), zero_point_init(o.sink, a.zero_point, t)},
                 axis_attr(a.scale, a.axis))};
+}
+std::vector<std::string> FakeQuantize::onnx(OnnxArgs& o, const Attrs& a) {
+  const DType t = quant_dtype(kName, a.dtype);
+  const std::string q = o.one("QuantizeLinear", {o.in[0], scale_init(o.sink, a.scale), zero_point_init(o.sink, a.zero_point, t)},
+                              axis_attr(a.scale, a.axis));
+  return {dq(o, q, a.scale, a.zero_point, t, a.axis)};
 }
 std::vector<std::string> DequantizeLinear::onnx(OnnxArgs& o, const Attrs& a) {
   return {dq(o, o.in[0], a.scale, a.zero_point, o.in_specs[0].dtype, a.axis)};

@@ -17,8 +17,9 @@
 // ONNX: each op exports in the QDQ format ONNX Runtime runs (QuantizeLinear / DequantizeLinear
 // around float Conv, Gemm, pooling and Add; per-axis scales for per-channel weights), so an int8
 // program (engine/quantize.h) is written as one QDQ file.
-// Not here: choosing scales (engine/quantize.h), gradients (these run a quantized forward; the
-// fake quantization of quantization-aware training is not an int8 op).
+// fake_quantize (and its backward) is the one op here with a gradient: quantization-aware training
+// (train/qat.h) runs it in an f32 forward, and exports it as QuantizeLinear + DequantizeLinear.
+// Not here: choosing scales (engine/quantize.h, train/qat.h).
 #pragma once
 #include <string>
 #include <vector>
@@ -72,6 +73,30 @@ struct DequantizeLinear {
   RK_OP_CPU;
   RK_OP_ONNX;
 };
+
+// in = (x f32) -> y f32 = (saturate(round(x / scale) + zero_point) - zero_point) * scale: the value
+// the 8-bit tensor of QuantizeLinear would hold, as DequantizeLinear gives it back (the same
+// rounding and saturation, per tensor or per axis). Gradient: the straight-through estimator
+// with clipping (PyTorch's fake_quantize_per_tensor/channel_affine): dx = dy where
+// round(x / scale) + zero_point falls within the type's range, 0 where it saturates.
+struct FakeQuantize {
+  static constexpr std::string_view kName = "fake_quantize";
+  RK_OP_DECLS(QuantizeAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+  RK_OP_ONNX;
+  RK_OP_BACKWARD;
+};
+// in = (dy, x) -> dx (the straight-through gradient above).
+struct FakeQuantizeBackward {
+  static constexpr std::string_view kName = "fake_quantize_backward";
+  static constexpr std::string_view kNoGradient = "backward op";
+  static constexpr std::string_view kNotExportable = "backward op";
+  RK_OP_DECLS(QuantizeAttrs);
+  RK_OP_REF;
+  RK_OP_CPU;
+};
+Tensor fake_quantize(const Tensor& x, const QuantizeAttrs& a);
 
 // The quantization of a conv or linear call: its input's, its weights', its output's and its
 // residual's (with a sum post-op; zero point 0 there).
@@ -161,6 +186,6 @@ struct AddInt8 {
   RK_OP_ONNX;
 };
 
-#define RK_QUANT_OPS(X) X(QuantizeLinear) X(DequantizeLinear) X(Conv2dInt8) X(LinearInt8) X(Pool2dInt8) X(AddInt8)
+#define RK_QUANT_OPS(X) X(QuantizeLinear) X(DequantizeLinear) X(FakeQuantize) X(FakeQuantizeBackward) X(Conv2dInt8) X(LinearInt8) X(Pool2dInt8) X(AddInt8)
 
 }  // namespace reckon

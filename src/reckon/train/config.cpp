@@ -59,6 +59,11 @@ void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, co
 
 void validate(const TrainConfig& c) {
   RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
+  RK_CHECK(!c.qat || !c.checkpoint.empty() || c.resume,
+           "--qat fine-tunes trained weights: give them with --checkpoint FILE");
+  RK_CHECK(!c.qat || c.precision == "fp32", "--qat trains in fp32 (fake quantization), not --precision {}", c.precision);
+  RK_CHECK(c.qat_start_epoch >= 0 && c.qat_start_epoch < c.epochs,
+           "--qat-start-epoch must be in [0, --epochs) (got {} of {})", c.qat_start_epoch, c.epochs);
   RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
   RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
   RK_CHECK(std::ranges::count(optim::kOptimizerNames, c.optimizer), "--optimizer '{}' is not one of {}", c.optimizer,

@@ -76,3 +76,11 @@ RK_TRAIN_FIELD(int64_t, stop_after, 0, run, option, "stop after N steps in all, 
 // Set by cmd_train from --progress / --no-progress and --quiet.
 RK_TRAIN_FIELD(int, progress, -1, run, none, "progress bar: -1 when stdout is a terminal, 0 off, 1 on")
 RK_TRAIN_FIELD(int, verbose, 1, run, none, "0: print nothing")
+// Weights to start from (not a resume: a new run, its own optimizer and schedule). The next two
+// fields came with quantization-aware training (train/qat.h): checkpoints from before lack them.
+RK_TRAIN_FIELD(std::string, checkpoint, "", run, option_no_default,
+               "start from these weights: a reckon checkpoint or a safetensors state dict of the same model")
+RK_TRAIN_FIELD(bool, qat, false, numbers_or_default, flag,
+               "quantization-aware training (needs --checkpoint): fake-quantized conv/linear layers with batch norm "
+               "folded, observers and batch norm frozen after the first QAT epoch; writes model.int8.onnx")
+RK_TRAIN_FIELD(int64_t, qat_start_epoch, 0, numbers_or_default, option, "--qat: epochs before this one train in fp32")

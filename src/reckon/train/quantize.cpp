@@ -20,9 +20,13 @@
 
 namespace reckon::train {
 
-Tensor dequantize_int(const Tensor& t, double scale, int64_t zp);
-
 namespace {
+// An 8-bit tensor's real values.
+Tensor dequantize_int(const Tensor& t, double scale, int64_t zp) {
+  QuantizeAttrs qa{{scale}, {zp}, 1, quant_dtype_name(t.dtype())};
+  return call1<DequantizeLinear>({t}, qa);
+}
+
 // The fused program of the model at batch size b (the engine's passes run once here).
 engine::Program fused_program(nn::Module& m, const Shape& chw, int64_t b) {
   Shape s{b};
@@ -80,6 +84,8 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   r.data = a.data;
   r.batch = a.batch;
   r.per_tensor = a.per_tensor;
+  r.keep_auto = a.keep_auto;
+  r.max_drop = a.max_drop;
   r.normalize = s.norm;
 
   // Calibration: full batches of the training split, shuffled with a fixed seed.
@@ -105,12 +111,8 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     }
     RK_CHECK(cal.batches() > 0, "--data {}: its training split has fewer than --batch {} images", a.data, a.batch);
   }
+  r.fixed_ranges = engine::fix_input_ranges(prog, cal, a.input_ranges);
 
-  // Programs per batch size (the test split's last batch may be smaller): fp32 and one per method.
-  struct Programs {
-    std::unique_ptr<engine::Engine> fp32;
-    std::vector<std::unique_ptr<engine::Engine>> int8;
-  };
   std::vector<engine::QuantOptions> opts;
   for (const auto& m : methods) {
     engine::QuantOptions o;
@@ -119,23 +121,127 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     o.keep_fp32 = a.keep_fp32;
     opts.push_back(o);
   }
-  std::map<int64_t, Programs> by_batch;
-  auto programs = [&](int64_t b) -> Programs& {
-    auto it = by_batch.find(b);
-    if (it != by_batch.end()) return it->second;
-    engine::Program p = b == a.batch ? prog : fused_program(model, chw, b);
-    Programs ps;
-    for (const auto& o : opts) {
-      auto q = engine::quantize_program(p, cal, o);
-      ps.int8.push_back(std::make_unique<engine::Engine>(std::move(q.program), engine::EngineOptions{.passes = {}}));
-    }
-    ps.fp32 = std::make_unique<engine::Engine>(std::move(p), engine::EngineOptions{.passes = {}});
-    return by_batch.emplace(b, std::move(ps)).first->second;
+  // Every layer the quantizer sees, by scope: --keep-fp32 names must be among them.
+  const std::vector<engine::QuantLayer> all_layers = engine::quantize_program(prog, cal, opts[0]).layers;
+  for (const auto& k : a.keep_fp32) {
+    const bool known = std::any_of(all_layers.begin(), all_layers.end(), [&](const auto& L) { return L.name == k; });
+    if (known) continue;
+    std::string names;
+    for (const auto& L : all_layers) names += (names.empty() ? "" : ", ") + L.name;
+    RK_CHECK(false, "--keep-fp32 {}: no such int8 layer in {} (its layers: {})", k, a.model, names);
+  }
+
+  // The evaluated test images, their labels and the fp32 program's logits, batch by batch (the
+  // last batch may be smaller: programs are made per batch size).
+  struct TestBatch {
+    Tensor x, y, fp32_logits;
+    std::vector<int64_t> fp32_pred;
   };
+  std::vector<TestBatch> test;
+  std::map<int64_t, engine::Program> prog_by_batch;
+  auto program_for = [&](int64_t b) -> const engine::Program& {
+    auto it = prog_by_batch.find(b);
+    if (it == prog_by_batch.end()) it = prog_by_batch.emplace(b, b == a.batch ? prog : fused_program(model, chw, b)).first;
+    return it->second;
+  };
+  {
+    data::LoaderOptions lo;
+    lo.batch = a.batch;
+    lo.shuffle = false;
+    lo.normalize = s.norm;
+    data::Loader loader(*s.test, lo);
+    loader.start_epoch(0);
+    data::Batch b;
+    const int64_t K = s.test->num_classes();
+    std::map<int64_t, std::unique_ptr<engine::Engine>> fp32;
+    int64_t right = 0, n = 0;
+    while ((a.limit == 0 || n < a.limit) && loader.next(b)) {
+      check_labels(b, K, a.data, 0);
+      TestBatch t{contiguous(b.x), b.y, Tensor(), {}};
+      const int64_t bs = t.x.size(0);
+      auto& e = fp32[bs];
+      if (!e) e = std::make_unique<engine::Engine>(engine::Program(program_for(bs)), engine::EngineOptions{.passes = {}});
+      t.fp32_logits = e->run(t.x);
+      right += count_correct(t.fp32_logits, t.y, &t.fp32_pred);
+      n += bs;
+      test.push_back(std::move(t));
+    }
+    r.test_images = n;
+    r.fp32_accuracy = n ? double(right) / double(n) : 0;
+  }
+
+  // One quantization's figures on the evaluated images (logits kept when `keep_logits`).
+  struct Scored {
+    double accuracy = 0, agreement = 0, sqnr_db = 0;
+    std::vector<float> logits;
+  };
+  auto score = [&](const engine::QuantOptions& o, bool keep_logits) {
+    std::map<int64_t, std::unique_ptr<engine::Engine>> int8;
+    int64_t right = 0, agree = 0, n = 0;
+    double sig = 0, noise = 0;
+    Scored sc;
+    std::vector<int64_t> pq;
+    for (const TestBatch& t : test) {
+      const int64_t bs = t.x.size(0);
+      auto& e = int8[bs];
+      if (!e)
+        e = std::make_unique<engine::Engine>(engine::quantize_program(program_for(bs), cal, o).program,
+                                             engine::EngineOptions{.passes = {}});
+      Tensor yq = e->run(t.x);
+      right += count_correct(yq, t.y, &pq);
+      for (size_t i = 0; i < pq.size(); ++i) agree += t.fp32_pred[i] == pq[i];
+      const float *pf = t.fp32_logits.data<float>(), *pyq = yq.data<float>();
+      for (int64_t i = 0; i < yq.numel(); ++i) {
+        sig += double(pf[i]) * pf[i];
+        noise += double(pf[i] - pyq[i]) * (pf[i] - pyq[i]);
+      }
+      if (keep_logits) sc.logits.insert(sc.logits.end(), pyq, pyq + yq.numel());
+      n += bs;
+    }
+    sc.accuracy = n ? double(right) / double(n) : 0;
+    sc.agreement = n ? double(agree) / double(n) : 0;
+    sc.sqnr_db = noise > 0 ? 10 * std::log10(sig / noise) : INFINITY;
+    return sc;
+  };
+
+  // --keep-fp32 auto: each layer's sensitivity is the logits' SQNR with only it in int8; the
+  // least tolerant layers go back to fp32 one at a time until the drop is within --max-drop.
+  std::vector<MethodReport> reports(methods.size());
+  if (a.keep_auto) {
+    RK_CHECK(a.max_drop >= 0 && std::isfinite(a.max_drop), "--max-drop must be >= 0 points (got {})", a.max_drop);
+    Tensor exact = engine::run_program(prog, first_batch[0]);
+    for (size_t k = 0; k < methods.size(); ++k) {
+      MethodReport& mr = reports[k];
+      Scored full = score(opts[k], false);
+      mr.full_int8_accuracy = full.accuracy;
+      if (100 * (r.fp32_accuracy - full.accuracy) <= a.max_drop) continue;
+      std::vector<std::pair<double, std::string>> sens;
+      for (const auto& L : all_layers) {
+        if (std::find(opts[k].keep_fp32.begin(), opts[k].keep_fp32.end(), L.name) != opts[k].keep_fp32.end()) continue;
+        engine::QuantOptions alone = opts[k];
+        alone.keep_fp32.clear();
+        for (const auto& M : all_layers)
+          if (M.name != L.name) alone.keep_fp32.push_back(M.name);
+        auto q = engine::quantize_program(prog, cal, alone);
+        sens.emplace_back(engine::sqnr_db(exact, engine::run_program(q.program, first_batch[0])), L.name);
+      }
+      std::stable_sort(sens.begin(), sens.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      mr.auto_met = false;
+      for (const auto& [db, name] : sens) {
+        opts[k].keep_fp32.push_back(name);
+        const double acc = score(opts[k], false).accuracy;
+        mr.auto_steps.push_back({name, db, acc});
+        if (100 * (r.fp32_accuracy - acc) <= a.max_drop) {
+          mr.auto_met = true;
+          break;
+        }
+      }
+    }
+  }
 
   // The per-layer report, on the first calibration batch.
   for (size_t k = 0; k < methods.size(); ++k) {
-    MethodReport mr;
+    MethodReport& mr = reports[k];
     mr.method = opts[k].method == "percentile" ? fmt::format("percentile={:g}", opts[k].percentile_p) : opts[k].method;
     auto q = engine::quantize_program(prog, cal, opts[k]);
     std::vector<Tensor> fp(prog.graph.values.size()), iv(q.program.graph.values.size());
@@ -153,57 +259,23 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     mr.kept_fp32 = q.kept_fp32;
     mr.quantize_steps = q.quantize_steps;
     mr.dequantize_steps = q.dequantize_steps;
-    r.methods.push_back(std::move(mr));
   }
 
-  // Accuracy on the test split: fp32 and each method through the engine, batch by batch.
-  {
-    data::LoaderOptions lo;
-    lo.batch = a.batch;
-    lo.shuffle = false;
-    lo.normalize = s.norm;
-    data::Loader loader(*s.test, lo);
-    loader.start_epoch(0);
-    data::Batch b;
-    int64_t right_fp = 0, n = 0;
-    std::vector<int64_t> right(methods.size(), 0), agree(methods.size(), 0);
-    std::vector<double> sig(methods.size(), 0), noise(methods.size(), 0);
-    std::vector<int64_t> pf, pq;
-    std::vector<float> dumped;
-    const int64_t K = s.test->num_classes();
-    while ((a.limit == 0 || n < a.limit) && loader.next(b)) {
-      check_labels(b, K, a.data, 0);
-      Tensor x = contiguous(b.x);
-      Programs& ps = programs(x.size(0));
-      Tensor yf = ps.fp32->run(x);
-      right_fp += count_correct(yf, b.y, &pf);
-      const float* pyf = yf.data<float>();
-      for (size_t k = 0; k < methods.size(); ++k) {
-        Tensor yq = ps.int8[k]->run(x);
-        right[k] += count_correct(yq, b.y, &pq);
-        for (size_t i = 0; i < pf.size(); ++i) agree[k] += pf[i] == pq[i];
-        const float* pyq = yq.data<float>();
-        if (k == 0 && !a.dump_outputs.empty()) dumped.insert(dumped.end(), pyq, pyq + yq.numel());
-        for (int64_t i = 0; i < yq.numel(); ++i) {
-          sig[k] += double(pyf[i]) * pyf[i];
-          noise[k] += double(pyf[i] - pyq[i]) * (pyf[i] - pyq[i]);
-        }
-      }
-      n += x.size(0);
-    }
-    r.test_images = n;
-    r.fp32_accuracy = n ? double(right_fp) / double(n) : 0;
-    for (size_t k = 0; k < methods.size(); ++k) {
-      r.methods[k].int8_accuracy = n ? double(right[k]) / double(n) : 0;
-      r.methods[k].agreement = n ? double(agree[k]) / double(n) : 0;
-      r.methods[k].output_sqnr_db = noise[k] > 0 ? 10 * std::log10(sig[k] / noise[k]) : INFINITY;
-    }
-    if (!a.dump_outputs.empty()) {
-      Tensor t = Tensor::empty({n, K}, DType::f32);
-      std::copy(dumped.begin(), dumped.end(), t.data<float>());
+  // Accuracy on the evaluated test images: each method (with the layers it keeps) against fp32.
+  for (size_t k = 0; k < methods.size(); ++k) {
+    Scored sc = score(opts[k], k == 0 && !a.dump_outputs.empty());
+    reports[k].int8_accuracy = sc.accuracy;
+    if (!a.keep_auto) reports[k].full_int8_accuracy = sc.accuracy;
+    reports[k].agreement = sc.agreement;
+    reports[k].output_sqnr_db = sc.sqnr_db;
+    if (k == 0 && !a.dump_outputs.empty()) {
+      const int64_t K = s.test->num_classes();
+      Tensor t = Tensor::empty({r.test_images, K}, DType::f32);
+      std::copy(sc.logits.begin(), sc.logits.end(), t.data<float>());
       io::write_npy(a.dump_outputs, t);
     }
   }
+  r.methods = std::move(reports);
 
   // The first method's program as a QDQ file (batch dimension left symbolic).
   if (!a.out.empty()) {
@@ -216,13 +288,13 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   }
 
   // Size and speed at the report's batch size.
-  Programs& ps = programs(a.batch);
+  engine::Engine fp32(engine::Program(prog), engine::EngineOptions{.passes = {}});
   Tensor x = first_batch[0];
-  r.fp32_weight_bytes = ps.fp32->weight_bytes();
-  r.fp32_arena_bytes = ps.fp32->arena_bytes();
-  r.fp32_ms = median_ms(*ps.fp32, x);
+  r.fp32_weight_bytes = fp32.weight_bytes();
+  r.fp32_arena_bytes = fp32.arena_bytes();
+  r.fp32_ms = median_ms(fp32, x);
   for (size_t k = 0; k < methods.size(); ++k) {
-    auto& e = *ps.int8[k];
+    engine::Engine e(engine::quantize_program(prog, cal, opts[k]).program, engine::EngineOptions{.passes = {}});
     r.methods[k].int8_weight_bytes = e.weight_bytes();
     r.methods[k].int8_arena_bytes = e.arena_bytes();
     r.methods[k].int8_ms = median_ms(e, x);
@@ -234,16 +306,13 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   return r;
 }
 
-Tensor dequantize_int(const Tensor& t, double scale, int64_t zp) {
-  QuantizeAttrs qa{{scale}, {zp}, 1, quant_dtype_name(t.dtype())};
-  return call1<DequantizeLinear>({t}, qa);
-}
-
 std::string format_quantize(const QuantizeReport& r) {
   auto kib = [](int64_t b) { return fmt::format("{:.1f} KiB", double(b) / 1024.0); };
   std::string s = fmt::format("reckon quantize {} on {}: calibrated on {} training images (batch {}), weights s8 {}\n",
                               r.model, r.data, r.calib_images, r.batch,
                               r.per_tensor ? "per tensor" : "per output channel");
+  if (r.fixed_ranges > 0)
+    s += fmt::format("the inputs of {} layers take the ranges quantization-aware training learnt\n", r.fixed_ranges);
   for (const auto& m : r.methods) {
     s += fmt::format("\nmethod {}: {} int8 layers, {} quantize and {} dequantize steps\n", m.method, m.layers.size(),
                      m.quantize_steps, m.dequantize_steps);
@@ -256,6 +325,16 @@ std::string format_quantize(const QuantizeReport& r) {
                        L.y_scale > 0 ? fmt::format("{:.4g}", L.y_scale) : "-",
                        fmt::format("[{:.3g}, {:.3g}]", L.y_min + 0.0, L.y_max + 0.0),
                        L.y_threshold > 0 ? fmt::format("{:.4g}", L.y_threshold) : "-", l.sqnr_db);
+    }
+    if (r.keep_auto) {
+      s += fmt::format("  keep-fp32 auto (max drop {:g} points): every layer int8 {:.2f}% (drop {:.2f})", r.max_drop,
+                       100 * m.full_int8_accuracy, 100 * (r.fp32_accuracy - m.full_int8_accuracy));
+      if (m.auto_steps.empty()) s += ", within: nothing kept\n";
+      else s += "\n";
+      for (const auto& st : m.auto_steps)
+        s += fmt::format("    + {} in fp32 (with only it int8, logits at {:.1f} dB): {:.2f}% (drop {:.2f})\n", st.layer,
+                         st.alone_sqnr_db, 100 * st.accuracy, 100 * (r.fp32_accuracy - st.accuracy));
+      if (!m.auto_met) s += "    not met: every layer is in fp32 and the drop is still above --max-drop\n";
     }
     if (!m.kept_fp32.empty()) {
       s += "  in f32 between int8 layers:";

@@ -32,6 +32,8 @@
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/step.h"
 #include "reckon/train/progress.h"
+#include "reckon/train/qat.h"
+#include "reckon/train/quantize.h"
 
 namespace reckon::train {
 
@@ -81,6 +83,7 @@ struct Run {
   data::Augment augment;
   TrainData data;
   std::shared_ptr<nn::Module> model;
+  std::unique_ptr<Qat> qat;  // --qat (after model: it goes first, putting the model's forwards back)
   int64_t recompute_blocks = 0;
   std::unique_ptr<data::Loader> loader;
   int64_t nb = 0;               // micro-batches per epoch
@@ -170,6 +173,11 @@ void build(Run& r) {
   manual_seed(cfg.seed);
   r.model = onnx::make_model(cfg.model, {.num_classes = r.data.num_classes, .in_channels = r.data.chw[0]});
   r.res.parameters = r.model->num_parameters();
+  if (!cfg.checkpoint.empty() && !cfg.resume) {  // weights to start from (--resume brings its own)
+    const io::Checkpoint ck = io::read_checkpoint(cfg.checkpoint);
+    io::load_model_state(ck, *r.model, cfg.model);
+  }
+  if (cfg.qat) r.qat = std::make_unique<Qat>(*r.model, r.data.chw);
   r.recompute_blocks = cfg.recompute ? nn::enable_recompute(*r.model) : 0;
   data::LoaderOptions lo;
   lo.batch = cfg.batch;
@@ -224,6 +232,7 @@ FileMarks restore(Run& r) {
       io::check_plain_name(m.events_file, fmt::format("{}: metadata events_file", path));
     m.events_bytes = st.at("events_bytes").get<int64_t>();
     if (r.scaler && st.contains("scaler")) restore_scaler(*r.scaler, st.at("scaler"), path);
+    if (r.qat && st.contains("qat")) r.qat->from_json(st.at("qat"), path);
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: metadata 'train_state' is incomplete ({})", path, e.what()));
   }
@@ -254,6 +263,16 @@ void print_header(Run& r) {
   const TrainData& d = r.data;
   r.show.line(fmt::format("{}: {} parameters, {:.3f} M forward MACs per image ({} images, {} classes)", cfg.model,
                           r.res.parameters, double(r.res.macs_per_image) / 1e6, shape_str(d.chw), d.num_classes));
+  if (!cfg.checkpoint.empty() && !cfg.resume) r.show.line(fmt::format("weights from {}", cfg.checkpoint));
+  if (r.qat) {
+    const auto folded = r.qat->folded();
+    std::string f;
+    for (size_t i = 0; i < folded.size() && i < 3; ++i) f += (i ? ", " : " (") + folded[i];
+    if (!folded.empty()) f += folded.size() > 3 ? ", ...)" : ")";
+    r.show.line(fmt::format("QAT: {} conv/linear layers fake-quantized (s8 weights per channel, u8/s8 inputs) from "
+                            "epoch {}; batch norm folded into {} convolutions{}",
+                            r.qat->layers(), cfg.qat_start_epoch + 1, folded.size(), f));
+  }
   r.show.line(fmt::format("data {}: {} training / {} test samples; normalize {}", cfg.data, d.train->size(),
                           d.test->size(),
                           r.norm.mean.empty()
@@ -296,6 +315,7 @@ void save(Run& r, int64_t epoch, int64_t batch_in_epoch) {
           {"events_file", fs::path(r.events->path()).filename().string()},
           {"events_bytes", r.events->bytes()}};
   if (r.scaler) st["scaler"] = scaler_json(*r.scaler);
+  if (r.qat) st["qat"] = r.qat->to_json();
   io::CheckpointInfo info;
   info.model = r.cfg.model;
   info.optimizer = r.cfg.optimizer;
@@ -436,6 +456,13 @@ void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
 bool run_epoch(Run& r, int64_t epoch, int64_t skip) {
   const TrainConfig& cfg = r.cfg;
   r.model->train();
+  if (r.qat) {
+    r.qat->enable(epoch >= cfg.qat_start_epoch);
+    if (epoch > cfg.qat_start_epoch && !r.qat->frozen()) {
+      r.qat->freeze();
+      r.show.line(fmt::format("QAT: observers and batch norm statistics frozen from epoch {}", epoch + 1));
+    }
+  }
   r.loader->start_epoch(epoch, skip);
   if (skip == 0) r.epoch_run = Running{};
   EpochClock t;
@@ -484,6 +511,21 @@ void final_report(Run& r) {
                           100 * res.final_eval.accuracy, res.final_eval.loss, r.cfg.epochs, r.prog.step,
                           seconds_since(r.run_t0), double(st.peak_total_bytes) / (1 << 20)));
   if (res.checkpoint.empty() && fs::exists(r.ckpt_path)) res.checkpoint = r.ckpt_path;
+  if (r.qat) {  // the int8 program of the trained weights, with the ranges QAT learnt
+    QuantizeArgs qa;
+    qa.model = r.cfg.model;
+    qa.checkpoint = r.ckpt_path;
+    qa.data = r.cfg.data;
+    qa.input_ranges = r.qat->input_ranges();
+    qa.threads = r.cfg.threads;
+    qa.out = (r.out_dir / "model.int8.onnx").string();
+    const QuantizeReport q = quantize_model(qa);
+    res.int8_model = q.out;
+    res.int8_accuracy = q.methods.at(0).int8_accuracy;
+    r.show.line(fmt::format("QAT int8: {:.2f}% top-1 through the int8 engine (fake-quantized {:.2f}%), {} layer "
+                            "inputs at QAT's ranges; wrote {}",
+                            100 * res.int8_accuracy, 100 * res.final_eval.accuracy, q.fixed_ranges, q.out));
+  }
   r.show.line(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", r.ckpt_path, r.metrics->csv_path(),
                           r.events->path()));
 }

@@ -50,6 +50,8 @@ struct TrainResult {
   std::array<uint64_t, 4> rng_state{};  // default_generator() at the end
   int64_t skipped_steps = 0;     // optimizer steps the loss scaler skipped (inf/NaN gradients)
   double loss_scale = 0;         // the scaler's scale at the end (0: no scaler)
+  std::string int8_model;        // --qat: the int8 QDQ file written at the end
+  double int8_accuracy = 0;      // --qat: its top-1 on the test split through the int8 engine
 };
 
 // Runs the training described by cfg. Throws reckon::Error (one line, naming the argument or

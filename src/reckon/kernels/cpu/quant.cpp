@@ -196,6 +196,54 @@ Support QuantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Te
   return Support::yes();
 }
 
+// Fake quantization per tensor as one vectorised loop per chunk (the reference's arithmetic:
+// saturate, round to nearest even, back to f32); per axis, the reference.
+Support FakeQuantize::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (a.scale.size() != 1) return Support::no("per-axis: the reference kernel");
+  const DType t = quant_dtype(kName, a.dtype);
+  const float s = float(a.scale[0]), zp = float(a.zero_point[0]);
+  const float vlo = float(quant_min(t)) - zp, vhi = float(quant_max(t)) - zp;
+  const float* px = in[0].data<float>();
+  float* py = out[0].data<float>();
+  const int64_t n = in[0].numel();
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float* __restrict x = px + c * kChunk;
+    float* __restrict y = py + c * kChunk;
+    const int64_t m = std::min(kChunk, n - c * kChunk);
+    for (int64_t i = 0; i < m; ++i) {
+      float v = x[i] / s;
+      v = v != v ? 0.f : std::min(std::max(v, vlo), vhi);
+      y[i] = __builtin_rintf(v) * s;
+    }
+  }
+  return Support::yes();
+}
+Support FakeQuantizeBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (a.scale.size() != 1) return Support::no("per-axis: the reference kernel");
+  const DType t = quant_dtype(kName, a.dtype);
+  const float s = float(a.scale[0]), zp = float(a.zero_point[0]);
+  const float lo = float(quant_min(t)), hi = float(quant_max(t));
+  const float *pd = in[0].data<float>(), *px = in[1].data<float>();
+  float* pg = out[0].data<float>();
+  const int64_t n = in[0].numel();
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float *__restrict d = pd + c * kChunk, *__restrict x = px + c * kChunk;
+    float* __restrict g = pg + c * kChunk;
+    const int64_t m = std::min(kChunk, n - c * kChunk);
+    for (int64_t i = 0; i < m; ++i) {
+      const float q = __builtin_rintf(x[i] / s) + zp;
+      g[i] = q >= lo && q <= hi ? d[i] : 0.f;
+    }
+  }
+  return Support::yes();
+}
+
 Support DequantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const Axis ax(a, x.shape());

@@ -113,6 +113,37 @@ void QuantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tenso
   });
 }
 
+// x / scale + zero point, saturated and rounded as QuantizeLinear stores it, back in f32; the
+// backward passes dy where x / scale + zero point (rounded) lies within the type's range.
+void FakeQuantize::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const AxisParams ap(a, x.shape());
+  const DType t = quant_dtype(kName, a.dtype);
+  const float lo = float(quant_min(t)), hi = float(quant_max(t));
+  const float* px = x.data<float>();
+  float* py = out[0].data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const size_t c = ap.channel(i);
+    const float zp = float(a.zero_point[c]), sc = float(a.scale[c]);
+    const float v = px[i] / sc;
+    const float q = std::isnan(v) ? zp : round_saturate(v, lo - zp, hi - zp) + zp;
+    py[i] = (q - zp) * sc;
+  }
+}
+void FakeQuantizeBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &dy = in[0], &x = in[1];
+  const AxisParams ap(a, x.shape());
+  const DType t = quant_dtype(kName, a.dtype);
+  const float lo = float(quant_min(t)), hi = float(quant_max(t));
+  const float *pd = dy.data<float>(), *px = x.data<float>();
+  float* pg = out[0].data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const size_t c = ap.channel(i);
+    const float q = std::nearbyint(px[i] / float(a.scale[c])) + float(a.zero_point[c]);
+    pg[i] = q >= lo && q <= hi ? pd[i] : 0.f;
+  }
+}
+
 void DequantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   const AxisParams ap(a, x.shape());
