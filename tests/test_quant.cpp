@@ -392,6 +392,39 @@ TEST(QuantQat, FrozenQatForwardIsWhatTheInt8ProgramComputes) {
   }
 }
 
+// ---- the deployment ledger at int8 ----
+// Planned on the meta device (placeholder scales), the int8 program's arena is the one the int8
+// engine built with data allocates, to the byte; its weights are about a quarter of fp32's.
+TEST(QuantLedger, Int8ArenaAndWeightsArePredictedBeforeQuantizing) {
+  const fs::path d = test_util::fresh_dir("quant", "ledger");
+  for (const auto& [model, layers] : std::vector<std::pair<std::string, int>>{{"lenet5", 5}, {"resnet18_cifar", 21}}) {
+    SCOPED_TRACE(model);
+    auto r = test_util::run_cli({"ledger", model, "--batch", "2", "--inference", "--precision", "int8", "--measure", "--json"}, d);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["precision"], "int8");
+    EXPECT_EQ(j["int8_layers"].get<int>(), layers);
+    const auto& t = j["totals"];
+    EXPECT_EQ(j["measured"]["arena_bytes"].get<int64_t>(), t["arena_bytes"].get<int64_t>());
+    EXPECT_EQ(j["measured"]["run_allocations"].get<int64_t>(), 0);
+    int int8_steps = 0;
+    for (const auto& s : j["steps"]) {
+      const std::string op = s["op"].get<std::string>();
+      int8_steps += op.rfind("conv2d int8", 0) == 0 || op.rfind("linear int8", 0) == 0;
+    }
+    EXPECT_EQ(int8_steps, layers);
+    auto f = test_util::run_cli({"ledger", model, "--batch", "2", "--inference", "--json"}, d);
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    auto jf = nlohmann::json::parse(f.out);
+    EXPECT_LT(t["weight_bytes"].get<int64_t>(), jf["totals"]["weight_bytes"].get<int64_t>() / 3);
+    EXPECT_EQ(t["macs"].get<int64_t>(), jf["totals"]["macs"].get<int64_t>());
+  }
+  auto r = test_util::run_cli({"ledger", "lenet5", "--batch", "2", "--inference", "--precision", "bf16"}, d);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--precision bf16"), std::string::npos) << r.err;
+  fs::remove_all(d);
+}
+
 // ---- the command, on a trained lenet5 and real data ----
 TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
   const fs::path d = test_util::fresh_dir("quant", "cli");

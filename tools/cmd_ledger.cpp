@@ -44,8 +44,9 @@ int run_inference(const LedgerArgs& a) {
   InferenceConfig cfg;
   cfg.batch = a.batch;
   if (!a.input.empty()) cfg.input = tools::parse_input(a.input, "ledger");
-  RK_CHECK(a.precision == "fp32", "[ledger] --inference --precision {}: the engine runs fp32 only (bf16 and int8 are not built yet)",
-           a.precision);
+  RK_CHECK(a.precision == "fp32" || a.precision == "int8",
+           "[ledger] --inference --precision {}: the engine runs fp32 and int8 (bf16 is not built yet)", a.precision);
+  cfg.precision = a.precision;
   cfg.device = a.device;
   cfg.passes = a.passes;
   if (cfg.passes.size() == 1 && cfg.passes[0] == "none") cfg.passes.clear();
@@ -94,7 +95,7 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   sub->add_option("--batch", a.batch, "images per micro-batch (per step without --accum)")->required();
   sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
   sub->add_option("--classes", a.classes, "number of classes (default: the model's)");
-  sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast, f32 master weights)")
+  sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast, f32 master weights); with --inference: fp32 | int8")
       ->capture_default_str();
   sub->add_option("--accum", a.accum, "micro-batches per optimizer step (gradient accumulation)")->capture_default_str();
   sub->add_flag("--recompute", a.recompute, "recompute each block's activations in backward");

@@ -53,9 +53,17 @@ double sqnr_db(const Tensor& exact, const Tensor& approx) {
 }
 
 // ---- observation ----
-Calibrator::Calibrator(const Program& p, int bins) : prog_(p), bins_(bins), obs_(p.graph.values.size()) {
-  RK_CHECK(p.has_data(), "[quantize] calibration needs a program with data (not the meta device)");
+Calibrator::Calibrator(const Program& p, int bins) : Calibrator(p, bins, false) {}
+Calibrator::Calibrator(const Program& p, int bins, bool assumed) : prog_(p), bins_(bins), obs_(p.graph.values.size()) {
+  RK_CHECK(assumed || p.has_data(), "[quantize] calibration needs a program with data (not the meta device)");
   RK_CHECK(bins >= 256, "[quantize] a histogram needs at least 256 bins, got {}", bins);
+}
+Calibrator Calibrator::assumed(const Program& p) {
+  Calibrator c(p, 2048, true);
+  for (size_t v = 0; v < p.graph.values.size(); ++v)
+    if (p.graph.values[v].spec.dtype == DType::f32) c.fix(int(v), 0.0, 1.0);
+  c.batches_ = 1;
+  return c;
 }
 
 namespace {
@@ -305,6 +313,12 @@ struct QParams {
   int64_t zp = 0;
 };
 
+// quantize_bias, or (planning on the meta device) an int32 meta tensor of its shape.
+Tensor bias_int32(const Tensor& b, double x_scale, const std::vector<double>& w_scale) {
+  if (b.device() == Device::meta) return Tensor::empty(b.shape(), DType::i32, Device::meta);
+  return quantize_bias(b, x_scale, w_scale);
+}
+
 bool int8_post(const std::vector<PostOp>& post) {
   for (const auto& p : post)
     if (p.kind != "relu" && p.kind != "clamp" && p.kind != "sum") return false;
@@ -400,6 +414,8 @@ struct Rewriter {
 
   // s8 weights, symmetric, per output channel (dim 0) or per tensor; their scales.
   std::pair<Tensor, std::vector<double>> quantize_weights(const Tensor& w) {
+    if (w.device() == Device::meta)  // planning: the weights' shape and type, placeholder scales
+      return {Tensor::empty(w.shape(), DType::i8, Device::meta), std::vector<double>(opt.per_channel ? size_t(w.size(0)) : 1, 1.0)};
     Tensor c = contiguous(cast(w, DType::f32));
     const int64_t O = c.size(0), K = c.numel() / O;
     const float* p = c.data<float>();
@@ -462,7 +478,7 @@ struct Rewriter {
       q.y_dtype = "f32";
     }
     std::vector<int> ins{xq, add_const(wq, g().value(w).name + ".int8")};
-    ins.push_back(b >= 0 ? add_const(quantize_bias(src.constants.at(b), xp.scale, ws), g().value(b).name + ".int32") : -1);
+    ins.push_back(b >= 0 ? add_const(bias_int32(src.constants.at(b), xp.scale, ws), g().value(b).name + ".int32") : -1);
     if (r >= 0) {
       const int rq = get_q(r);
       q.r_scale = qp[size_t(r)].scale;

@@ -44,6 +44,10 @@ struct Observation {
 class Calibrator {
  public:
   explicit Calibrator(const Program& p, int bins = 2048);
+  // Every f32 value of p (which may be on the meta device) taken as observed in [0, 1]: the int8
+  // program quantize_program makes from it has the real one's ops, dtypes' sizes and layouts
+  // (the deployment ledger plans it) but placeholder scales.
+  static Calibrator assumed(const Program& p);
   // Runs the program eagerly on x (the program's input shape but any batch size) and updates
   // every value's observation.
   void observe(const Tensor& x);
@@ -54,6 +58,7 @@ class Calibrator {
   int64_t batches() const { return batches_; }
 
  private:
+  Calibrator(const Program& p, int bins, bool assumed);
   const Program& prog_;
   int bins_;
   int64_t batches_ = 0;
@@ -110,7 +115,8 @@ struct QuantizedProgram {
   std::vector<int64_t> value_zero_point;
 };
 
-// The int8 program of p (after the engine's passes) with the observations cal made of it.
+// The int8 program of p (after the engine's passes) with the observations cal made of it. On the
+// meta device its weights are meta tensors with scales of 1 (a program to plan, not to run).
 QuantizedProgram quantize_program(const Program& p, const Calibrator& cal, const QuantOptions& o);
 
 // Runs a program eagerly (its ops' own kernels), calling visit(value id, tensor) for every

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -16,9 +17,11 @@
 #include <sstream>
 
 #include "reckon/ops/conv.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
+#include "reckon/ops/quant.h"
 
 namespace reckon {
 
@@ -126,8 +129,9 @@ std::optional<DeviceSpec> read_cache() {
     d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
+    d.int8_ops = e.at("int8_gops").get<double>() * kG;            // absent in older caches: calibrate again
     d.memory_bytes = physical_memory_bytes();
-    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1)
+    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1)
       return std::nullopt;
     return d;
   } catch (const std::exception&) {
@@ -155,6 +159,7 @@ void write_cache(const DeviceSpec& d, const std::string& when) {
                             {"calibrated_at", when},
                             {"fp32_gflops", d.fp32_flops / kG},
                             {"bf16_gflops", d.bf16_flops / kG},
+                            {"int8_gops", d.int8_ops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
                             {"op_overhead_us", d.op_overhead_s * 1e6},
                             {"winograd_speedup", d.winograd_speedup}};
@@ -237,6 +242,15 @@ DeviceSpec calibrate_cpu() {
     double sb = best_of(15, [&] { linear(xb, wb); });
     d.bf16_flops = 2.0 * double(n * n * n) / sb;
     d.fp16_flops = d.fp32_flops;
+    // int8 peak: the same product as linear_int8 (u8 x s8, int32 accumulation, f32 out: oneDNN's
+    // VNNI or AMX kernels where the cpu has them), in operations (2 per MAC) per second.
+    Tensor xq = Tensor::empty({n, n}, DType::u8), wq = Tensor::empty({n, n}, DType::i8);
+    std::memset(xq.raw_data(), 3, size_t(xq.nbytes()));
+    std::memset(wq.raw_data(), 5, size_t(wq.nbytes()));
+    QuantLinearAttrs qa;
+    qa.y_dtype = "f32";
+    double si = best_of(15, [&] { call1<LinearInt8>({xq, wq}, qa); });
+    d.int8_ops = 2.0 * double(n * n * n) / si;
   }
   {
     // Bandwidth: relu over 128 MiB (read 128 MiB, write 128 MiB) with reckon's cpu kernel.

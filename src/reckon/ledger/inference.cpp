@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "reckon/engine/quantize.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
@@ -92,29 +93,47 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
   l.input_shape = in;
   if (onnx::is_onnx_path(model_name)) l.onnx_file_bytes = int64_t(std::filesystem::file_size(model_name));
 
+  RK_CHECK(cfg.precision == "fp32" || cfg.precision == "int8",
+           "[ledger] --precision {}: the inference engine runs fp32 and int8", cfg.precision);
+  const bool int8 = cfg.precision == "int8";
   engine::EngineOptions o;
   o.passes = cfg.passes;
   o.blocked_layouts = cfg.blocked_layouts;
+  // The program the engine compiles: at int8 the passes run here and the fused program is
+  // quantized (cal: none on the meta device, placeholder ranges).
+  std::vector<engine::PassReport> pass_reports;
+  auto compile = [&](engine::Program p, const engine::EngineOptions& eo, const Tensor* calib) {
+    if (!int8) return engine::Engine(std::move(p), eo);
+    pass_reports = engine::run_passes(p, eo.passes);
+    engine::Calibrator cal = calib ? engine::Calibrator(p) : engine::Calibrator::assumed(p);
+    if (calib) cal.observe(*calib);
+    engine::QuantizedProgram q = engine::quantize_program(p, cal, {});
+    l.int8_layers = int64_t(q.layers.size());
+    engine::EngineOptions qo = eo;
+    qo.passes = {};
+    return engine::Engine(std::move(q.program), qo);
+  };
   say("compiling " + model_name + " on the meta device");
   nn::ModelConfig mc;
   mc.device = Device::meta;
   auto meta = onnx::make_model(model_name, mc);
   engine::Program prog = engine::make_program(*meta, in);
   file_sizes(prog, l);
-  engine::Engine e(std::move(prog), o);
+  engine::Engine e = compile(std::move(prog), o, nullptr);
   l.output_shape = e.output_shape();
-  l.passes = e.passes();
+  l.passes = int8 ? pass_reports : e.passes();
   l.reorders = e.reorders();
   {
     engine::EngineOptions plain = o;
     plain.blocked_layouts = false;
-    engine::Engine p(engine::make_program(*meta, in), plain);
+    engine::Engine p = compile(engine::make_program(*meta, in), plain, nullptr);
     l.reorders_plain = p.reorders();
   }
   l.arena_bytes = e.arena_bytes();
   l.values_bytes = e.values_bytes();
   l.weight_bytes = e.weight_bytes();
   const double peak = l.device.peak("fp32"), bw = l.device.bandwidth_bytes;
+  const double peak8 = int8 ? l.device.peak("int8") : 0;
   for (const auto& s : e.steps()) {
     InferenceRow r;
     r.step = s;
@@ -122,7 +141,10 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     if (s.impl.find("wino") != std::string::npos && l.device.winograd_speedup > 0)
       flops = double(2 * s.cost.macs) / l.device.winograd_speedup + double(s.cost.flops);
     r.flops = double(2 * s.cost.macs + s.cost.flops);
-    const double tc = flops / peak, tm = double(s.bytes_moved) / bw;
+    // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
+    const bool on_int8 = int8 && s.op.find("int8") != std::string::npos;
+    const double tc = on_int8 ? double(2 * s.cost.macs) / peak8 + double(s.cost.flops) / peak : flops / peak;
+    const double tm = double(s.bytes_moved) / bw;
     r.predicted_s = std::max(tc, tm) + l.step_overhead_s;
     r.bound = l.step_overhead_s > std::max(tc, tm) ? "overhead" : tc >= tm ? "compute" : "memory";
     l.macs += s.cost.macs;
@@ -136,8 +158,10 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     auto m = onnx::make_model(model_name);
     engine::Program p = engine::make_program(*m, in);
     m.reset();
+    Tensor calib = Tensor::empty(in);
+    fill_normal_(calib, 0.0, 1.0);
     const int64_t before = tracker(Device::cpu).stats().live_bytes[size_t(Tag::activation)];
-    engine::Engine real(std::move(p), o);
+    engine::Engine real = compile(std::move(p), o, &calib);
     l.measured_arena_bytes = tracker(Device::cpu).stats().live_bytes[size_t(Tag::activation)] - before;
     RK_CHECK(real.steps().size() == e.steps().size(),
              "[ledger] the engine built with data has {} steps, on meta {}", real.steps().size(), e.steps().size());
@@ -174,9 +198,12 @@ std::string err(double pred, double meas) { return meas > 0 ? fmt::format("{:+.1
 std::string format_inference(const InferenceLedger& l) {
   std::string o;
   auto line = [&](const std::string& s) { o += s + "\n"; };
-  line(fmt::format("deployment ledger: {}, input {}, fp32, on {} ({})", l.model, shape_str(l.input_shape), l.device.name,
-                   l.device.description));
-  line(fmt::format("  roofline: {:.1f} GFLOP/s fp32, {:.1f} GB/s, {:.2f} us per engine step", l.device.peak("fp32") / 1e9,
+  const bool int8 = l.config.precision == "int8";
+  line(fmt::format("deployment ledger: {}, input {}, {}, on {} ({})", l.model, shape_str(l.input_shape),
+                   int8 ? fmt::format("int8 ({} conv/linear layers in int8)", l.int8_layers) : std::string("fp32"),
+                   l.device.name, l.device.description));
+  line(fmt::format("  roofline: {:.1f} GFLOP/s fp32{}, {:.1f} GB/s, {:.2f} us per engine step", l.device.peak("fp32") / 1e9,
+                   int8 ? fmt::format(", {:.1f} G int8 OP/s", l.device.peak("int8") / 1e9) : std::string(),
                    l.device.bandwidth_bytes / 1e9, 1e6 * l.step_overhead_s));
   line("");
   std::string head = fmt::format("  {:<30} {:<34} {:>10} {:>11} {:>9} {:>10} {:>12}", "layer", "fused op", "MACs",
@@ -248,6 +275,8 @@ std::string inference_json(const InferenceLedger& l) {
          {"input", l.input_shape},
          {"output", l.output_shape},
          {"batch", l.config.batch},
+         {"precision", l.config.precision},
+         {"int8_layers", l.int8_layers},
          {"device", l.device.name},
          {"step_overhead_us", 1e6 * l.step_overhead_s},
          {"steps", rows},

@@ -4,7 +4,8 @@
 // MACs, the bytes it moves in the layouts the engine chose, its arena offset and its latency on
 // a device's roofline (this cpu calibrated as the training ledger does, with the engine's own
 // per-step overhead); totals: latency per request, requests/s, arena and weight bytes, the file
-// size at fp32, bf16 and int8, reorders per run; and what each pass saved. With `measure` the
+// size at fp32, bf16 and int8, reorders per run; and what each pass saved. At int8 the same for
+// the quantized program, its int8 steps on the device's int8 peak. With `measure` the
 // same engine is built with data on this cpu and run: measured latency per step and in total,
 // the arena the run used and the allocations it made, beside the prediction with the error.
 // Not here: batching policy, queueing, several models on one device.
@@ -24,6 +25,10 @@ struct InferenceConfig {
   int64_t batch = 1;
   Shape input;                             // (C, H, W); empty: the model's
   std::string device = "cpu";
+  // "fp32", or "int8": the program after the passes quantized (engine/quantize.h) before the
+  // engine plans it: on the meta device with placeholder scales (the int8 program's ops, types
+  // and layouts), with measure calibrated on the random input it is timed with.
+  std::string precision = "fp32";
   std::vector<std::string> passes{"all"};  // engine passes ({}: none)
   bool blocked_layouts = true;
   bool measure = false;
@@ -47,6 +52,7 @@ struct InferenceLedger {
   Shape input_shape, output_shape;
   std::vector<InferenceRow> rows;
   std::vector<engine::PassReport> passes;
+  int64_t int8_layers = 0;     // int8: conv/linear layers in int8
   int reorders = 0, reorders_plain = 0;  // per run, and with plain layouts (what choosing them saved)
   int64_t macs = 0, bytes_moved = 0;
   int64_t arena_bytes = 0, values_bytes = 0, weight_bytes = 0;
