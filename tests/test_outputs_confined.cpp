@@ -1,14 +1,17 @@
 // A run writes only inside --out (issue 14's traversal class): a checkpoint whose metadata names
 // its TensorBoard file "../x" or "/abs/x" is refused on --resume, and a symbolic link or a FIFO
-// named metrics.csv or as the events file in --out is refused, with the file outside unchanged.
+// named metrics.csv or as the events file in --out is refused, with the file outside unchanged;
+// two runs cannot write one --out at once, and a save's stale temporary is removed at the next start.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "reckon/io/files.h"
 #include "reckon/io/safetensors.h"
 #include "reckon/train/trainer.h"
 #include "test_util.h"
@@ -77,5 +80,55 @@ TEST(OutputsConfined, ALinkOrAFifoInOutIsNotWrittenThrough) {
   ASSERT_EQ(::mkfifo((d / "run" / "metrics.csv").c_str(), 0644), 0);
   e = test_util::error_of([&] { train::train(short_run(d / "run")); });
   EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  fs::remove_all(d);
+}
+
+// Two runs in one --out: the second is refused while the first holds the directory's lock (a
+// second process, as two terminals would be), and runs once it is released.
+TEST(OutputsConfined, TwoRunsCannotWriteOneOutAtOnce) {
+  const fs::path d = test_util::fresh_dir("confined", "lock");
+  fs::create_directories(d / "run");
+  {
+    io::DirLock held((d / "run").string(), "test");
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the second run, in another process: flock is per open file, as between runs
+      int code = 3;
+      try {
+        train::train(short_run(d / "run"));
+        code = 0;
+      } catch (const Error& e) {
+        code = std::string(e.what()).find("another run is writing in this directory") != std::string::npos ? 1 : 2;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1) << "the second run was not refused with the lock's message";
+    EXPECT_FALSE(fs::exists(d / "run" / "last.safetensors"));
+  }
+  EXPECT_NO_THROW(train::train(short_run(d / "run")));
+  EXPECT_TRUE(fs::exists(d / "run" / "last.safetensors"));
+  fs::remove_all(d);
+}
+
+// What a kill inside a save leaves (".last.safetensors.tmp-XXXXXX") is removed at the next start;
+// a link with such a name, and other dot files, are left alone.
+TEST(OutputsConfined, AnInterruptedSavesTemporaryIsRemovedAtTheNextStart) {
+  const fs::path d = test_util::fresh_dir("confined", "tmp");
+  const fs::path run = d / "run";
+  fs::create_directories(run);
+  std::ofstream(run / ".last.safetensors.tmp-a1B2c3") << "half a checkpoint";
+  std::ofstream(run / ".model.int8.onnx.tmp4242") << "half a model";
+  std::ofstream(run / ".keep") << "mine";
+  std::ofstream(d / "target") << "outside";
+  fs::create_symlink(d / "target", run / ".x.tmp-zzzzzz");
+  train::train(short_run(run));
+  EXPECT_FALSE(fs::exists(run / ".last.safetensors.tmp-a1B2c3"));
+  EXPECT_FALSE(fs::exists(run / ".model.int8.onnx.tmp4242"));
+  EXPECT_TRUE(fs::exists(run / ".keep"));
+  EXPECT_TRUE(fs::is_symlink(run / ".x.tmp-zzzzzz"));
+  EXPECT_TRUE(fs::exists(d / "target"));
   fs::remove_all(d);
 }

@@ -1,11 +1,15 @@
 #include "reckon/io/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "reckon/core/error.h"
 
@@ -48,6 +52,49 @@ void check_plain_name(const std::string& name, const std::string& what) {
   RK_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
                name.find('\0') == std::string::npos,
            "{} '{}' is not a plain file name (it must name a file inside --out: no '/', no '..')", what, name);
+}
+
+DirLock::DirLock(const std::string& dir, const char* who) {
+  const std::string path = (std::filesystem::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(fmt::format("[{}] {}: cannot open the lock file: {}", who, path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(fmt::format("[{}] {}: the lock file is not a regular file", who, path));
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    throw Error(fmt::format("[{}] {}: {}", who, dir,
+                            e == EWOULDBLOCK ? "another run is writing in this directory (it holds .lock); wait for it "
+                                               "or give another --out"
+                                             : std::string("cannot lock it: ") + std::strerror(e)));
+  }
+}
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() < 6 || name[0] != '.') continue;
+    const size_t t = name.rfind(".tmp");
+    if (t == std::string::npos || t == 0) continue;
+    const std::string tail = name.substr(t + 4);
+    // ".tmp-XXXXXX" (mkstemp) or ".tmpPID"
+    const bool mkstemp_tail = tail.size() == 7 && tail[0] == '-';
+    const bool pid_tail = !tail.empty() && std::all_of(tail.begin(), tail.end(), [](char c) { return std::isdigit(uint8_t(c)); });
+    if (!mkstemp_tail && !pid_tail) continue;
+    std::error_code sec;
+    if (!fs::is_regular_file(fs::symlink_status(it->path(), sec))) continue;
+    if (fs::remove(it->path(), sec)) removed.push_back(name);
+  }
+  return removed;
 }
 
 }  // namespace reckon::io

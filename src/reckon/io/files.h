@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace reckon::io {
 
@@ -17,5 +18,25 @@ std::FILE* open_output(const std::string& path, int64_t cut_to, const char* who)
 // A name read from a file (a checkpoint's metadata) that must be a plain file name inside the
 // run's directory: no '/', not "." or "..", not empty. Throws naming `what` and the value.
 void check_plain_name(const std::string& name, const std::string& what);
+
+// An exclusive lock on a run's directory, held while the object lives: flock on dir/.lock
+// (created if missing, never followed through a symbolic link), so two runs writing one --out
+// cannot interleave their files. Throws naming `who` and the directory when another process
+// holds it. The lock goes with the process, so a killed run leaves none behind.
+class DirLock {
+ public:
+  DirLock(const std::string& dir, const char* who);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Removes what an interrupted atomic write left in dir: regular files named ".NAME.tmp-XXXXXX"
+// (safetensors' and the ONNX writer's temporaries; symbolic links are left alone). Call it
+// holding the directory's lock. Returns the names removed.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 }  // namespace reckon::io

@@ -98,6 +98,7 @@ struct Run {
   Running epoch_run, interval_run;
   std::unique_ptr<io::MetricsLog> metrics;
   std::unique_ptr<io::EventWriter> events;
+  std::unique_ptr<io::DirLock> out_lock;  // held while the run writes in --out
   json saved_config;
 
   // This session's clocks.
@@ -246,6 +247,9 @@ void open_outputs(Run& r, const FileMarks& m) {
   fs::create_directories(r.out_dir, ec);
   RK_CHECK(fs::is_directory(r.out_dir), "--out {}: cannot create the directory{}", r.cfg.out,
            ec ? ": " + ec.message() : std::string());
+  r.out_lock = std::make_unique<io::DirLock>(r.out_dir.string(), "--out");
+  for (const auto& name : io::remove_stale_temporaries(r.out_dir.string()))
+    r.show.line(fmt::format("removed {} (a temporary file an interrupted save left in --out)", name));
   r.metrics = std::make_unique<io::MetricsLog>(
       r.out_dir.string(),
       std::vector<std::string>{"epoch", "loss", "accuracy", "lr", "images_per_s", "seconds", "loss_scale",
