@@ -21,6 +21,8 @@
 // (train/qat.h) runs it in an f32 forward, and exports it as QuantizeLinear + DequantizeLinear.
 // Not here: choosing scales (engine/quantize.h, train/qat.h).
 #pragma once
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -40,6 +42,28 @@ int64_t quant_max(DType t);
 // v rounded half to even and saturated to [lo, hi] (v is clamped first, as the fast kernels do).
 inline float round_saturate(float v, float lo, float hi) { return std::nearbyint(std::min(std::max(v, lo), hi)); }
 
+// Calls f.template operator()<Q>() with Q the storage type of t (u8, s8 or i32); an Error naming
+// op for any other dtype. The kernels of these ops dispatch on it.
+template <class F>
+void visit_q8(DType t, std::string_view op, F&& f) {
+  switch (t) {
+    case DType::u8: f.template operator()<uint8_t>(); return;
+    case DType::i8: f.template operator()<int8_t>(); return;
+    case DType::i32: f.template operator()<int32_t>(); return;
+    default: throw Error(fmt::format("[{}] no kernel for {}", op, dtype_name(t)));
+  }
+}
+
+struct QuantizeAttrs;
+// Which scale and zero point element i of a tensor of shape s takes under per-tensor or per-axis
+// parameters (the kernels' indexing).
+struct QuantAxis {
+  int64_t inner = 1, channels = 1;
+  bool per_channel = false;
+  QuantAxis(const QuantizeAttrs& a, const Shape& s);
+  size_t channel(int64_t i) const { return per_channel ? size_t((i / inner) % channels) : 0; }
+};
+
 // Per-tensor or per-channel quantization of a real tensor (ONNX QuantizeLinear):
 // q = saturate(round(x / scale) + zero_point), the division in f32. axis: the channel dimension
 // when scale has more than one entry.
@@ -50,6 +74,13 @@ struct QuantizeAttrs {
   std::string dtype = "u8";
   RK_FIELDS(scale, zero_point, axis, dtype)
 };
+inline QuantAxis::QuantAxis(const QuantizeAttrs& a, const Shape& s) {
+  per_channel = a.scale.size() > 1;
+  if (per_channel) {
+    channels = s[size_t(a.axis)];
+    for (size_t d = size_t(a.axis) + 1; d < s.size(); ++d) inner *= s[d];
+  }
+}
 inline constexpr std::string_view kQuantNoGradient =
     "a quantized op: int8 inference runs a forward that no backward runs through";
 

@@ -81,25 +81,6 @@ using dnnl::memory;
 using tag = memory::format_tag;
 
 namespace {
-template <class F>
-void visit_q8(DType t, F&& f) {
-  if (t == DType::u8) f.template operator()<uint8_t>();
-  else if (t == DType::i8) f.template operator()<int8_t>();
-  else f.template operator()<int32_t>();
-}
-// Element i's channel under per-axis parameters (0 per tensor).
-struct Axis {
-  int64_t inner = 1, channels = 1;
-  bool per_channel = false;
-  Axis(const QuantizeAttrs& a, const Shape& s) {
-    per_channel = a.scale.size() > 1;
-    if (per_channel) {
-      channels = s[size_t(a.axis)];
-      for (size_t d = size_t(a.axis) + 1; d < s.size(); ++d) inner *= s[d];
-    }
-  }
-};
-
 // Per-tensor quantization as one vectorised loop per thread: rint rounds as nearbyint does (to
 // nearest, ties to even), NaN becomes the zero point.
 template <class Q>
@@ -175,10 +156,10 @@ std::string key_of(const char* op, std::span<const Tensor> in, const std::string
 Support QuantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
-  const Axis ax(a, x.shape());
+  const QuantAxis ax(a, x.shape());
   const float* px = x.data<float>();
   const int64_t n = x.numel();
-  visit_q8(y.dtype(), [&]<class Q>() {
+  visit_q8(y.dtype(), "quantize_linear", [&]<class Q>() {
     Q* py = y.data<Q>();
     const float lo = float(quant_min(y.dtype())), hi = float(quant_max(y.dtype()));
     if (!ax.per_channel) {
@@ -187,7 +168,7 @@ Support QuantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Te
     }
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
-      const size_t c = ax.per_channel ? size_t((i / ax.inner) % ax.channels) : 0;
+      const size_t c = ax.channel(i);
       const float zp = float(a.zero_point[c]);
       const float v = px[i] / float(a.scale[c]);
       py[i] = std::isnan(v) ? Q(zp) : Q(round_saturate(v, lo - zp, hi - zp) + zp);
@@ -246,14 +227,14 @@ Support FakeQuantizeBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::s
 
 Support DequantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
-  const Axis ax(a, x.shape());
+  const QuantAxis ax(a, x.shape());
   float* py = out[0].data<float>();
   const int64_t n = x.numel();
-  visit_q8(x.dtype(), [&]<class Q>() {
+  visit_q8(x.dtype(), "dequantize_linear", [&]<class Q>() {
     const Q* px = x.data<Q>();
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
-      const size_t c = ax.per_channel ? size_t((i / ax.inner) % ax.channels) : 0;
+      const size_t c = ax.channel(i);
       py[i] = float(int32_t(px[i]) - int32_t(a.zero_point[c])) * float(a.scale[c]);
     }
   });

@@ -9,29 +9,6 @@
 namespace reckon {
 
 namespace {
-template <class F>
-void visit_q8(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::u8: f.template operator()<uint8_t>(); return;
-    case DType::i8: f.template operator()<int8_t>(); return;
-    case DType::i32: f.template operator()<int32_t>(); return;
-    default: throw Error(fmt::format("[{}] no kernel for {}", op, dtype_name(t)));
-  }
-}
-
-// The scale and zero point of element i of a tensor of shape s under per-axis parameters.
-struct AxisParams {
-  const QuantizeAttrs& a;
-  int64_t inner = 1, channels = 1;
-  AxisParams(const QuantizeAttrs& attrs, const Shape& s) : a(attrs) {
-    if (a.scale.size() > 1) {
-      channels = s[size_t(a.axis)];
-      for (size_t d = size_t(a.axis) + 1; d < s.size(); ++d) inner *= s[d];
-    }
-  }
-  size_t channel(int64_t i) const { return a.scale.size() > 1 ? size_t((i / inner) % channels) : 0; }
-};
-
 // The post-op chain of a quantized product, in the scaled domain, on one value.
 struct ScaledPost {
   std::vector<PostKind> kinds;
@@ -99,7 +76,7 @@ const int32_t* bias_of(std::span<const Tensor> in) {
 void QuantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
-  const AxisParams ap(a, x.shape());
+  const QuantAxis ap(a, x.shape());
   const float* px = x.data<float>();
   visit_q8(y.dtype(), "quantize_linear", [&]<class Q>() {
     Q* py = y.data<Q>();
@@ -117,7 +94,7 @@ void QuantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tenso
 // backward passes dy where x / scale + zero point (rounded) lies within the type's range.
 void FakeQuantize::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
-  const AxisParams ap(a, x.shape());
+  const QuantAxis ap(a, x.shape());
   const DType t = quant_dtype(kName, a.dtype);
   const float lo = float(quant_min(t)), hi = float(quant_max(t));
   const float* px = x.data<float>();
@@ -132,7 +109,7 @@ void FakeQuantize::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor>
 }
 void FakeQuantizeBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &dy = in[0], &x = in[1];
-  const AxisParams ap(a, x.shape());
+  const QuantAxis ap(a, x.shape());
   const DType t = quant_dtype(kName, a.dtype);
   const float lo = float(quant_min(t)), hi = float(quant_max(t));
   const float *pd = dy.data<float>(), *px = x.data<float>();
@@ -146,7 +123,7 @@ void FakeQuantizeBackward::ref(KernelCtx&, std::span<const Tensor> in, std::span
 
 void DequantizeLinear::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
-  const AxisParams ap(a, x.shape());
+  const QuantAxis ap(a, x.shape());
   float* py = out[0].data<float>();
   visit_q8(x.dtype(), "dequantize_linear", [&]<class Q>() {
     const Q* px = x.data<Q>();
