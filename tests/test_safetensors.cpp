@@ -336,17 +336,48 @@ TEST_F(Safetensors, BadEntries) {
 }
 
 TEST_F(Safetensors, AcceptsWhatTheFormatAllows) {
-  // Holes between tensors, zero-sized tensors anywhere, keys in any order, a padded header,
-  // extra keys in an entry.
-  std::string header = R"({"b": {"dtype": "I32", "shape": [1], "data_offsets": [8, 12], "extra": true},
+  // Zero-sized tensors anywhere, keys in any order, a padded header, extra keys in an entry.
+  std::string header = R"({"b": {"dtype": "I32", "shape": [1], "data_offsets": [1, 5], "extra": true},
       "z": {"dtype": "F32", "shape": [0, 5], "data_offsets": [4, 4]},
       "a": {"dtype": "U8", "shape": [], "data_offsets": [0, 1]}}    )";
-  std::string data = std::string("\x2a\0\0\0\0\0\0\0", 8) + std::string("\x07\0\0\0", 4);
+  std::string data = std::string("\x2a", 1) + std::string("\x07\0\0\0", 4);
   SafetensorsFile f = load_safetensors(write_bytes("ok.safetensors", st_bytes(header, data)));
   EXPECT_EQ(f.tensors.at("a").item(), 42);
   EXPECT_EQ(f.tensors.at("b").item(), 7);
   EXPECT_EQ(f.tensors.at("z").shape(), (Shape{0, 5}));
   EXPECT_TRUE(load_safetensors(write_bytes("empty_obj.safetensors", st_bytes("{}", ""))).tensors.empty());
+}
+
+// The offsets must tile the data: a hole, trailing bytes, or a header length one byte short (which
+// would read every tensor shifted by a byte) are refused, naming the file.
+TEST_F(Safetensors, OffsetsMustTileTheDataExactly) {
+  const std::string hole = R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+      "b": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]}})";
+  std::string p = write_bytes("hole.safetensors", st_bytes(hole, std::string(3, '\1')));
+  std::string m = load_error(p);
+  expect_one_line_naming(m, p);
+  EXPECT_NE(m.find("bytes 1..2 of the data to no tensor"), std::string::npos) << m;
+  const std::string one = R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})";
+  p = write_bytes("trailing.safetensors", st_bytes(one, std::string(2, '\1')));
+  m = load_error(p);
+  expect_one_line_naming(m, p);
+  EXPECT_NE(m.find("cover 1 bytes but the data"), std::string::npos) << m;
+
+  // A real file with its header length one byte short: the header still parses (its last byte is
+  // padding), and the data would start a byte early.
+  const std::string good_path = path("good.safetensors");
+  save_safetensors(good_path, {{"w", Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3})}}, {{"epoch", "3"}});
+  std::ifstream in(good_path, std::ios::binary);
+  std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | uint8_t(b[size_t(i)]);
+  ASSERT_EQ(b[size_t(8 + len - 1)], ' ') << "the writer pads its header";
+  len -= 1;
+  for (int i = 0; i < 8; ++i) b[size_t(i)] = char(uint8_t(len >> (8 * i)));
+  p = write_bytes("short_header.safetensors", b);
+  m = load_error(p);
+  expect_one_line_naming(m, p);
+  EXPECT_NE(m.find("the header length or the offsets are wrong"), std::string::npos) << m;
 }
 
 // Every truncation of a good file, and every header byte replaced by a few values, either loads

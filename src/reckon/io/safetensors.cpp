@@ -251,6 +251,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
                              quote_name(b.name), b.begin, b.end, quote_name(a.name), a.begin, a.end, data_start + b.begin));
   }
 
+  // ... and together they cover the data exactly, as the format requires (the reference library
+  // refuses holes and trailing bytes too): a header length off by a few bytes would otherwise
+  // read every tensor shifted.
+  uint64_t covered = 0;
+  for (const Entry* e : by_offset) {
+    if (e->begin != covered)
+      throw fail(fmt::format("tensor {}: data_offsets [{}, {}] leave bytes {}..{} of the data to no tensor (the "
+                             "header length or the offsets are wrong)",
+                             quote_name(e->name), e->begin, e->end, covered, e->begin));
+    covered = e->end;
+  }
+  if (covered != data_size)
+    throw fail(fmt::format("the tensors' data_offsets cover {} bytes but the data after the {}-byte header is {} "
+                           "bytes (the header length or the offsets are wrong)",
+                           covered, header_len, data_size));
+
   for (const auto& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     uint64_t n = e.end - e.begin;
