@@ -620,6 +620,10 @@ TEST(TrainCli, MaxMemoryPlansTheRunOrRefusesItWithTheLadder) {
   expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--max-memory", "lots", "--out",
                          (d / "r").string()},
                         d, {"--max-memory", "lots"});
+  // A fraction of a byte (no unit) was a budget of 0, that is none, taken silently.
+  expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--max-memory", "0.5", "--out",
+                         (d / "r").string()},
+                        d, {"--max-memory", "'0.5' is a fraction of a byte"});
   expect_one_line_error({"train", "tinycnn", "--data", "synthetic:1x28x28:64", "--precision", "fp8", "--out",
                          (d / "r").string()},
                         d, {"--precision", "fp8"});

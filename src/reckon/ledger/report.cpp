@@ -31,6 +31,9 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
                                          : -1;
   RK_CHECK(end > 0 && mul > 0 && std::isfinite(v) && v > 0 && v * mul < 9e18,
            "{}: '{}' is not a memory size (e.g. 4GiB, 512MiB, 2GB, 1000000)", flag, text);
+  // A size with no unit is bytes: "0.5" would round to 0 (no budget) and pass unnoticed.
+  RK_CHECK(v * mul >= 1.0 && (mul != 1.0 || v == std::floor(v)),
+           "{}: '{}' is a fraction of a byte; give a unit (e.g. {}GiB) or a whole number of bytes", flag, text, text);
   return int64_t(v * mul);
 }
 
