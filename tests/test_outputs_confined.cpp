@@ -1,7 +1,8 @@
 // A run writes only inside --out (issue 14's traversal class): a checkpoint whose metadata names
 // its TensorBoard file "../x" or "/abs/x" is refused on --resume, and a symbolic link or a FIFO
 // named metrics.csv or as the events file in --out is refused, with the file outside unchanged;
-// two runs cannot write one --out at once, and a save's stale temporary is removed at the next start.
+// two runs cannot write one --out at once, a save's stale temporary is removed at the next start, and
+// a bad setting in a checkpoint names its key.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -130,5 +131,36 @@ TEST(OutputsConfined, AnInterruptedSavesTemporaryIsRemovedAtTheNextStart) {
   EXPECT_TRUE(fs::exists(run / ".keep"));
   EXPECT_TRUE(fs::is_symlink(run / ".x.tmp-zzzzzz"));
   EXPECT_TRUE(fs::exists(d / "target"));
+  fs::remove_all(d);
+}
+
+// A bad setting in a checkpoint's config is an error naming the file, the key and what it holds
+// (it was nlohmann's "[json.exception.type_error.302] ..."), and a missing one names the key.
+TEST(OutputsConfined, ABadSettingInACheckpointNamesTheKey) {
+  const fs::path d = test_util::fresh_dir("confined", "config");
+  train::TrainConfig c = short_run(d / "run");
+  train::train(c);
+  const fs::path ck = d / "run" / "last.safetensors";
+  for (int variant = 0; variant < 2; ++variant) {
+    SafetensorsFile f = load_safetensors(ck.string());
+    auto cfg = nlohmann::json::parse(f.metadata.at("config"));
+    if (variant == 0) cfg["lr"] = "fast";
+    else cfg.erase("momentum");
+    f.metadata["config"] = cfg.dump();
+    std::vector<std::pair<std::string, Tensor>> ts(f.tensors.begin(), f.tensors.end());
+    const fs::path crafted = d / "crafted";
+    fs::create_directories(crafted);
+    save_safetensors((crafted / "last.safetensors").string(), ts, f.metadata);
+    train::TrainConfig r = c;
+    r.out = crafted.string();
+    r.resume = true;
+    r.epochs = 2;
+    const std::string e = test_util::error_of([&] { train::train(r); });
+    EXPECT_NE(e.find((crafted / "last.safetensors").string()), std::string::npos) << e;
+    if (variant == 0) EXPECT_NE(e.find("setting 'lr' is \"fast\" (string), not the number"), std::string::npos) << e;
+    else EXPECT_NE(e.find("lacks the training setting 'momentum'"), std::string::npos) << e;
+    EXPECT_EQ(e.find("json.exception"), std::string::npos) << e;
+    fs::remove_all(crafted);
+  }
   fs::remove_all(d);
 }

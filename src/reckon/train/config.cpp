@@ -44,17 +44,32 @@ json config_json(const TrainConfig& c, const data::Normalize& norm) {
 // them) comes from the checkpoint; the ones that only shape how the run is carried out
 // (threads, checkpoints, logging, stopping) from cfg.
 void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, const std::string& path) {
-  try {
-    for_each_field(c, [&](const FieldInfo& f, auto& value, const auto& def) {
-      using T = std::remove_cvref_t<decltype(value)>;
-      if (f.keep == Keep::numbers) value = j.at(f.name).template get<T>();
-      if (f.keep == Keep::numbers_or_default) value = j.value(f.name, def);
-    });
-    norm.mean = j.at(kNormalizeMeanKey).get<std::vector<float>>();
-    norm.std = j.at(kNormalizeStdKey).get<std::vector<float>>();
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: metadata 'config' lacks a training setting ({})", path, e.what()));
-  }
+  RK_CHECK(j.is_object(), "{}: metadata 'config' is not a JSON object", path);
+  // Each setting read on its own, so an error names the key and what it holds.
+  auto read = [&](const char* key, auto& value, bool required) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if (!j.contains(key)) {
+      RK_CHECK(!required, "{}: metadata 'config' lacks the training setting '{}'", path, key);
+      return;
+    }
+    try {
+      value = j.at(key).template get<T>();
+    } catch (const json::exception&) {
+      std::string shown = j.at(key).dump();
+      if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+      throw Error(fmt::format("{}: metadata 'config' setting '{}' is {} ({}), not the {} it must be", path, key, shown,
+                              j.at(key).type_name(), json(T{}).type_name()));
+    }
+  };
+  for_each_field(c, [&](const FieldInfo& f, auto& value, const auto& def) {
+    if (f.keep == Keep::numbers) read(f.name, value, true);
+    if (f.keep == Keep::numbers_or_default) {
+      value = def;
+      read(f.name, value, false);
+    }
+  });
+  read(kNormalizeMeanKey, norm.mean, true);
+  read(kNormalizeStdKey, norm.std, true);
 }
 
 void validate(const TrainConfig& c) {
