@@ -137,6 +137,19 @@ void Calibrator::fix(int v, double lo, double hi) {
   ob.fixed = true;
 }
 
+bool keeps_input_scale(const Node& n) {
+  return n.op == op_id<MaxPool2d> || n.op == op_id<AvgPool2d> || n.op == op_id<AdaptiveAvgPool2d> ||
+         (op_info(n.op).is_view && n.inputs.size() == 1);
+}
+int scale_source(const graph::Graph& g, int v) {
+  while (g.value(v).producer >= 0) {
+    const Node& src = g.nodes[size_t(g.value(v).producer)];
+    if (!keeps_input_scale(src)) break;
+    v = src.inputs[0];
+  }
+  return v;
+}
+
 int64_t fix_input_ranges(const Program& p, Calibrator& cal, const std::map<std::string, std::pair<double, double>>& ranges) {
   int64_t fixed = 0;
   for (const Node& n : p.graph.nodes) {
@@ -150,14 +163,7 @@ int64_t fix_input_ranges(const Program& p, Calibrator& cal, const std::map<std::
     }
     auto it = ranges.find(n.scope);
     if (it == ranges.end()) continue;
-    int v = n.inputs[0];
-    while (p.graph.value(v).producer >= 0) {
-      const Node& src = p.graph.nodes[size_t(p.graph.value(v).producer)];
-      const bool pool = src.op == op_id<MaxPool2d> || src.op == op_id<AvgPool2d> || src.op == op_id<AdaptiveAvgPool2d>;
-      if (!pool && !(op_info(src.op).is_view && src.inputs.size() == 1)) break;
-      v = src.inputs[0];
-    }
-    cal.fix(v, it->second.first, it->second.second);
+    cal.fix(scale_source(p.graph, n.inputs[0]), it->second.first, it->second.second);
     ++fixed;
   }
   return fixed;
@@ -434,8 +440,7 @@ struct Rewriter {
     const int id = n.op;
     if (kept(n)) return false;
     return id == op_id<Conv2d> || id == op_id<FusedConv2d> || id == op_id<Linear> || id == op_id<FusedLinear> ||
-           id == op_id<MaxPool2d> || id == op_id<AvgPool2d> || id == op_id<AdaptiveAvgPool2d> ||
-           (op_info(id).is_view && n.inputs.size() == 1);
+           keeps_input_scale(n);
   }
   std::vector<std::vector<int>> readers;  // source value -> nodes reading it
   bool read_by_int8(int v) const {

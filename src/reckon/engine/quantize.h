@@ -65,6 +65,11 @@ class Calibrator {
   std::vector<Observation> obs_;  // by value id
 };
 
+// Whether node n keeps its input's 8-bit values and scale in the int8 program (pooling, and views
+// of one input); and the value whose quantization a value v takes, traced back through such nodes.
+bool keeps_input_scale(const graph::Node& n);
+int scale_source(const graph::Graph& g, int v);
+
 // Fixes (Calibrator::fix) the range of each conv or linear layer's input named in `ranges` (by
 // the layer's scope, as quantization-aware training learnt them: train/qat.h) at the value the
 // int8 program quantizes for it: traced back through pooling and views (which keep their

@@ -226,13 +226,7 @@ Qat::Qat(nn::Module& m, const Shape& sample_shape, bool per_channel) : s_(std::m
     // the layer's own input when no module is given that value.
     std::string point = name;
     if (input_of.count(name)) {
-      int v = input_of.at(name);
-      while (g.value(v).producer >= 0) {
-        const graph::Node& p = g.nodes[size_t(g.value(v).producer)];
-        const bool pool = p.op == op_id<MaxPool2d> || p.op == op_id<AvgPool2d> || p.op == op_id<AdaptiveAvgPool2d>;
-        if (!pool && !(op_info(p.op).is_view && p.inputs.size() == 1)) break;
-        v = p.inputs[0];
-      }
+      const int v = engine::scale_source(g, input_of.at(name));
       bool found = false;
       for (const auto& [other, gv] : given)
         if (gv == v && calls[other] == 1 && (!found || other.size() < point.size())) {
