@@ -93,15 +93,18 @@ void quantize_run(const float* __restrict x, Q* __restrict y, int64_t n, float s
     y[i] = Q(int32_t(__builtin_rintf(v)) + int32_t(zp));
   }
 }
-template <class Q>
-void quantize_block(const float* x, Q* y, int64_t n, float s, float zp, float lo, float hi) {
+// f(begin, count) over chunks of n elements, the chunks shared among threads when there are
+// more than a few.
+template <class F>
+void for_chunks(int64_t n, F&& f) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk;
-    quantize_run(x + b, y + b, std::min(kChunk, n - b), s, zp, lo, hi);
-  }
+  for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+template <class Q>
+void quantize_block(const float* x, Q* y, int64_t n, float s, float zp, float lo, float hi) {
+  for_chunks(n, [&](int64_t b, int64_t m) { quantize_run(x + b, y + b, m, s, zp, lo, hi); });
 }
 
 struct Plan {
@@ -186,20 +189,15 @@ Support FakeQuantize::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tens
   const float vlo = float(quant_min(t)) - zp, vhi = float(quant_max(t)) - zp;
   const float* px = in[0].data<float>();
   float* py = out[0].data<float>();
-  const int64_t n = in[0].numel();
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const float* __restrict x = px + c * kChunk;
-    float* __restrict y = py + c * kChunk;
-    const int64_t m = std::min(kChunk, n - c * kChunk);
+  for_chunks(in[0].numel(), [&](int64_t b, int64_t m) {
+    const float* __restrict x = px + b;
+    float* __restrict y = py + b;
     for (int64_t i = 0; i < m; ++i) {
       float v = x[i] / s;
       v = v != v ? 0.f : std::min(std::max(v, vlo), vhi);
       y[i] = __builtin_rintf(v) * s;
     }
-  }
+  });
   return Support::yes();
 }
 Support FakeQuantizeBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -209,19 +207,14 @@ Support FakeQuantizeBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::s
   const float lo = float(quant_min(t)), hi = float(quant_max(t));
   const float *pd = in[0].data<float>(), *px = in[1].data<float>();
   float* pg = out[0].data<float>();
-  const int64_t n = in[0].numel();
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const float *__restrict d = pd + c * kChunk, *__restrict x = px + c * kChunk;
-    float* __restrict g = pg + c * kChunk;
-    const int64_t m = std::min(kChunk, n - c * kChunk);
+  for_chunks(in[0].numel(), [&](int64_t b, int64_t m) {
+    const float *__restrict d = pd + b, *__restrict x = px + b;
+    float* __restrict g = pg + b;
     for (int64_t i = 0; i < m; ++i) {
       const float q = __builtin_rintf(x[i] / s) + zp;
       g[i] = q >= lo && q <= hi ? d[i] : 0.f;
     }
-  }
+  });
   return Support::yes();
 }
 
