@@ -139,6 +139,7 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   };
   std::vector<TestBatch> test;
   std::map<int64_t, engine::Program> prog_by_batch;
+  std::map<int64_t, std::unique_ptr<engine::Engine>> fp32;  // by batch size
   auto program_for = [&](int64_t b) -> const engine::Program& {
     auto it = prog_by_batch.find(b);
     if (it == prog_by_batch.end()) it = prog_by_batch.emplace(b, b == a.batch ? prog : fused_program(model, chw, b)).first;
@@ -153,7 +154,6 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     loader.start_epoch(0);
     data::Batch b;
     const int64_t K = s.test->num_classes();
-    std::map<int64_t, std::unique_ptr<engine::Engine>> fp32;
     int64_t right = 0, n = 0;
     while ((a.limit == 0 || n < a.limit) && loader.next(b)) {
       check_labels(b, K, a.data, 0);
@@ -239,13 +239,18 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
     }
   }
 
+  // Each method's int8 program at the report's batch size, with the layers it keeps in fp32.
+  std::vector<engine::QuantizedProgram> qprogs;
+  for (const auto& o : opts) qprogs.push_back(engine::quantize_program(prog, cal, o));
+
   // The per-layer report, on the first calibration batch.
+  std::vector<Tensor> fp(prog.graph.values.size());
+  engine::run_program(prog, first_batch[0], [&](int v, const Tensor& t) { fp[size_t(v)] = t; });
   for (size_t k = 0; k < methods.size(); ++k) {
     MethodReport& mr = reports[k];
     mr.method = opts[k].method == "percentile" ? fmt::format("percentile={:g}", opts[k].percentile_p) : opts[k].method;
-    auto q = engine::quantize_program(prog, cal, opts[k]);
-    std::vector<Tensor> fp(prog.graph.values.size()), iv(q.program.graph.values.size());
-    engine::run_program(prog, first_batch[0], [&](int v, const Tensor& t) { fp[size_t(v)] = t; });
+    const engine::QuantizedProgram& q = qprogs[k];
+    std::vector<Tensor> iv(q.program.graph.values.size());
     engine::run_program(q.program, first_batch[0], [&](int v, const Tensor& t) { iv[size_t(v)] = t; });
     for (const auto& L : q.layers) {
       LayerReport lr;
@@ -279,7 +284,7 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
 
   // The first method's program as a QDQ file (batch dimension left symbolic).
   if (!a.out.empty()) {
-    auto q = engine::quantize_program(prog, cal, opts[0]);
+    const engine::QuantizedProgram& q = qprogs[0];
     const std::string bytes = onnx::export_graph(
         q.program.graph, [&](const graph::Value& v) { return q.program.constants.at(v.id); }, {.dynamic_batch = true});
     onnx::write_file_atomic(a.out, bytes);
@@ -288,13 +293,14 @@ QuantizeReport quantize_model(const QuantizeArgs& a) {
   }
 
   // Size and speed at the report's batch size.
-  engine::Engine fp32(engine::Program(prog), engine::EngineOptions{.passes = {}});
+  auto& fe = fp32[a.batch];
+  if (!fe) fe = std::make_unique<engine::Engine>(engine::Program(prog), engine::EngineOptions{.passes = {}});
   Tensor x = first_batch[0];
-  r.fp32_weight_bytes = fp32.weight_bytes();
-  r.fp32_arena_bytes = fp32.arena_bytes();
-  r.fp32_ms = median_ms(fp32, x);
+  r.fp32_weight_bytes = fe->weight_bytes();
+  r.fp32_arena_bytes = fe->arena_bytes();
+  r.fp32_ms = median_ms(*fe, x);
   for (size_t k = 0; k < methods.size(); ++k) {
-    engine::Engine e(engine::quantize_program(prog, cal, opts[k]).program, engine::EngineOptions{.passes = {}});
+    engine::Engine e(std::move(qprogs[k].program), engine::EngineOptions{.passes = {}});
     r.methods[k].int8_weight_bytes = e.weight_bytes();
     r.methods[k].int8_arena_bytes = e.arena_bytes();
     r.methods[k].int8_ms = median_ms(e, x);
