@@ -10,6 +10,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "reckon/io/files.h"
@@ -33,6 +35,25 @@ train::TrainConfig short_run(const fs::path& out) {
   c.out = out.string();
   return c;
 }
+
+// The error of resuming run `c` from a copy of its checkpoint `ck` whose metadata `edit` changed
+// (the copy in dir/crafted, removed after).
+std::string resume_error_with_edited_metadata(const train::TrainConfig& c, const fs::path& ck, const fs::path& dir,
+                                              const std::function<void(std::map<std::string, std::string>&)>& edit) {
+  SafetensorsFile f = load_safetensors(ck.string());
+  edit(f.metadata);
+  std::vector<std::pair<std::string, Tensor>> ts(f.tensors.begin(), f.tensors.end());
+  const fs::path crafted = dir / "crafted";
+  fs::create_directories(crafted);
+  save_safetensors((crafted / "last.safetensors").string(), ts, f.metadata);
+  train::TrainConfig r = c;
+  r.out = crafted.string();
+  r.resume = true;
+  r.epochs = 2;
+  const std::string e = test_util::error_of([&] { train::train(r); });
+  fs::remove_all(crafted);
+  return e;
+}
 }  // namespace
 
 TEST(OutputsConfined, ACheckpointsEventsFileNameCannotLeaveOut) {
@@ -44,23 +65,14 @@ TEST(OutputsConfined, ACheckpointsEventsFileNameCannotLeaveOut) {
   for (const std::string& bad : std::vector<std::string>{"../victim.txt", victim, "sub/../../victim.txt", ".."}) {
     SCOPED_TRACE(bad);
     { std::ofstream(victim) << "precious"; }
-    SafetensorsFile f = load_safetensors(ck.string());
-    auto st = nlohmann::json::parse(f.metadata.at("train_state"));
-    st["events_file"] = bad;
-    f.metadata["train_state"] = st.dump();
-    std::vector<std::pair<std::string, Tensor>> ts(f.tensors.begin(), f.tensors.end());
-    const fs::path crafted = d / "crafted";
-    fs::create_directories(crafted);
-    save_safetensors((crafted / "last.safetensors").string(), ts, f.metadata);
-    train::TrainConfig r = c;
-    r.out = crafted.string();
-    r.resume = true;
-    r.epochs = 2;
-    const std::string e = test_util::error_of([&] { train::train(r); });
+    const std::string e = resume_error_with_edited_metadata(c, ck, d, [&](auto& meta) {
+      auto st = nlohmann::json::parse(meta.at("train_state"));
+      st["events_file"] = bad;
+      meta["train_state"] = st.dump();
+    });
     EXPECT_NE(e.find("events_file"), std::string::npos) << e;
     EXPECT_NE(e.find("not a plain file name"), std::string::npos) << e;
     EXPECT_EQ(test_util::read_file(victim), "precious");
-    fs::remove_all(crafted);
   }
   fs::remove_all(d);
 }
@@ -142,25 +154,16 @@ TEST(OutputsConfined, ABadSettingInACheckpointNamesTheKey) {
   train::train(c);
   const fs::path ck = d / "run" / "last.safetensors";
   for (int variant = 0; variant < 2; ++variant) {
-    SafetensorsFile f = load_safetensors(ck.string());
-    auto cfg = nlohmann::json::parse(f.metadata.at("config"));
-    if (variant == 0) cfg["lr"] = "fast";
-    else cfg.erase("momentum");
-    f.metadata["config"] = cfg.dump();
-    std::vector<std::pair<std::string, Tensor>> ts(f.tensors.begin(), f.tensors.end());
-    const fs::path crafted = d / "crafted";
-    fs::create_directories(crafted);
-    save_safetensors((crafted / "last.safetensors").string(), ts, f.metadata);
-    train::TrainConfig r = c;
-    r.out = crafted.string();
-    r.resume = true;
-    r.epochs = 2;
-    const std::string e = test_util::error_of([&] { train::train(r); });
-    EXPECT_NE(e.find((crafted / "last.safetensors").string()), std::string::npos) << e;
+    const std::string e = resume_error_with_edited_metadata(c, ck, d, [&](auto& meta) {
+      auto cfg = nlohmann::json::parse(meta.at("config"));
+      if (variant == 0) cfg["lr"] = "fast";
+      else cfg.erase("momentum");
+      meta["config"] = cfg.dump();
+    });
+    EXPECT_NE(e.find((d / "crafted" / "last.safetensors").string()), std::string::npos) << e;
     if (variant == 0) EXPECT_NE(e.find("setting 'lr' is \"fast\" (string), not the number"), std::string::npos) << e;
     else EXPECT_NE(e.find("lacks the training setting 'momentum'"), std::string::npos) << e;
     EXPECT_EQ(e.find("json.exception"), std::string::npos) << e;
-    fs::remove_all(crafted);
   }
   fs::remove_all(d);
 }
