@@ -153,7 +153,7 @@ TEST(Graph, BadGraphsNameTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of([&] { graph::Graph::from_json("{\"format\": \"onnx\"}"); }).find("not a reckon graph"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { graph::Graph::from_json("{nope"); }).find("not JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { graph::Graph::from_json("{nope"); }).find("[graph]: not valid JSON"), std::string::npos);
   // A node reading a value written after it.
   graph::Graph bad = g;
   std::swap(bad.nodes[0], bad.nodes[1]);

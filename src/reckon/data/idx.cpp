@@ -29,11 +29,11 @@ constexpr uint64_t kMaxBytes = uint64_t(1) << 40;
 class GzReader {
  public:
   explicit GzReader(std::string path) : path_(std::move(path)) {
-    std::error_code ec;
-    if (!fs::is_regular_file(path_, ec)) throw file_error("idx", path_, "not a regular file");
+    RegularFile file(path_, "idx");  // a FIFO or a directory is refused before anything blocks
     errno = 0;
-    f_ = gzopen(path_.c_str(), "rb");
+    f_ = gzdopen(file.fd(), "rb");
     if (!f_) throw file_error("idx", path_, fmt::format("cannot open: {}", std::strerror(errno ? errno : ENOMEM)));
+    file.release();  // gzclose closes it
     gzbuffer(f_, 1 << 20);
   }
   ~GzReader() {

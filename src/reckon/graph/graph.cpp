@@ -1,4 +1,5 @@
 #include "reckon/graph/graph.h"
+#include "reckon/core/json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -184,11 +185,7 @@ std::string Graph::to_json() const {
 
 Graph Graph::from_json(const std::string& text) {
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("[graph] not JSON: {}", e.what()));
-  }
+  j = parse_json(text, "[graph]");
   RK_CHECK(j.is_object() && j.value("format", "") == "reckon-graph", "[graph] not a reckon graph (no \"format\": \"reckon-graph\")");
   RK_CHECK(j.value("version", 0) == 1, "[graph] unknown graph version {}", j.value("version", 0));
   Graph g;

@@ -1,6 +1,7 @@
 // Training checkpoints in safetensors (see checkpoint.h). Everything read is checked before
 // anything is copied, so a bad file leaves the model and optimizer as they were.
 #include "reckon/io/checkpoint.h"
+#include "reckon/core/json.h"
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -139,12 +140,8 @@ Checkpoint read_checkpoint(const std::string& path) {
     throw Error(fmt::format("{}: metadata {}", path, e.what()));
   }
   ck.info.config_json = meta_str(meta, "config");
-  try {
-    json c = json::parse(ck.info.config_json);
-    RK_CHECK(c.is_object(), "{}: metadata 'config' is not a JSON object", path);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: metadata 'config' is not valid JSON ({})", path, e.what()));
-  }
+  RK_CHECK(parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", path)).is_object(),
+           "{}: metadata 'config' is not a JSON object", path);
   for (const auto& [k, v] : meta)
     if (!is_reserved(k)) ck.info.extra[k] = v;
 

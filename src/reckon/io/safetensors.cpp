@@ -3,6 +3,9 @@
 // failure is a one-line reckon::Error that names the file.
 #include "reckon/io/safetensors.h"
 
+#include "reckon/core/file.h"
+#include "reckon/core/json.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +14,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <cstdlib>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -25,13 +31,10 @@ namespace {
 
 using json = nlohmann::json;
 constexpr uint64_t kHeaderLenBytes = 8;
+// The reference library's cap on the header; its JSON nests no deeper than kMaxJsonDepth
+// (core/json.h), so neither the parse nor a message that prints a value can run out of stack.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-// Messages stay on one line whatever the file or tensor names hold.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  return s;
-}
 std::string quote_name(const std::string& name) {
   return json(name).dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -79,7 +82,43 @@ bool pread_all(int fd, void* dst, uint64_t n, uint64_t offset) {
   return true;
 }
 
+struct FaultPlan {
+  int64_t at = 0;
+  bool kill = false;
+  int err = EIO;
+  int64_t passed = 0;
+};
+FaultPlan& fault_plan() {
+  static FaultPlan p = [] {
+    FaultPlan f;
+    if (const char* e = std::getenv("RECKON_FAULT"); e && *e) {
+      const std::string v(e);
+      const size_t colon = v.find(':');
+      f.at = std::atoll(v.substr(0, colon).c_str());
+      const std::string kind = colon == std::string::npos ? "EIO" : v.substr(colon + 1);
+      f.kill = kind == "kill";
+      f.err = kind == "ENOSPC" ? ENOSPC : EIO;
+    }
+    return f;
+  }();
+  return p;
+}
+
+// One fault point (see inject_save_fault). True: the step is to fail, errno set. A write passes
+// `partial` so that half its bytes reach the file first.
+bool fault_here(const std::function<void()>& partial = {}) {
+  FaultPlan& f = fault_plan();
+  ++f.passed;
+  if (f.at <= 0 || f.passed != f.at) return false;
+  if (partial) partial();
+  if (f.kill) ::raise(SIGKILL);
+  errno = f.err;
+  return true;
+}
+
 bool write_all(int fd, const void* src, uint64_t n) {
+  if (fault_here([&] { (void)!::write(fd, src, size_t(std::min<uint64_t>(n / 2, uint64_t(1) << 30))); }))
+    return false;
   const auto* p = static_cast<const char*>(src);
   while (n > 0) {
     size_t chunk = size_t(std::min<uint64_t>(n, uint64_t(1) << 30));
@@ -132,12 +171,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const std::string file = one_line(path);
   auto fail = [&](const std::string& what) { return Error(one_line(fmt::format("[safetensors] {}: {}", file, what))); };
 
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (f.fd < 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw fail(fmt::format("cannot stat: {}", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
-  const uint64_t file_size = uint64_t(st.st_size);
+  RegularFile rf(path, "safetensors");  // a FIFO or a directory is refused before anything blocks
+  Fd f(rf.release());
+  const uint64_t file_size = rf.size();
   if (file_size < kHeaderLenBytes)
     throw fail(fmt::format("file is {} bytes, too short for the 8-byte header length at byte 0", file_size));
 
@@ -145,6 +181,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (!pread_all(f.fd, len_bytes, kHeaderLenBytes, 0)) throw fail("cannot read the header length at byte 0");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeaderBytes)
+    throw fail(fmt::format("header length {} (at byte 0) is over the format's limit of {} bytes", header_len,
+                           kMaxHeaderBytes));
   if (header_len > file_size - kHeaderLenBytes)
     throw fail(fmt::format("header length {} (at byte 0) runs past the end of the file ({} bytes)", header_len,
                            file_size));
@@ -160,6 +199,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   bool has_duplicate = false;
   std::set<std::string> top_keys;
   json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth >= kMaxJsonDepth)
+      throw Error(fmt::format("[safetensors] {}: the header nests JSON deeper than {} levels", file, kMaxJsonDepth));
     if (ev == json::parse_event_t::key && depth == 1 && !top_keys.insert(parsed.get<std::string>()).second &&
         !has_duplicate) {
       has_duplicate = true;
@@ -315,7 +356,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::string tmpl = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
   std::vector<char> tmp_name(tmpl.begin(), tmpl.end());
   tmp_name.push_back('\0');
-  int fd = ::mkstemp(tmp_name.data());
+  int fd = fault_here() ? -1 : ::mkstemp(tmp_name.data());
   if (fd < 0) throw fail(fmt::format("cannot create a temporary file in {}: {}", dir.string(), std::strerror(errno)));
   const std::string tmp(tmp_name.data());
   auto abandon = [&](const std::string& what) {
@@ -348,19 +389,34 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     if (!write_all(fd, c.raw_data(), uint64_t(c.nbytes())))
       throw abandon(fmt::format("cannot write tensor {}", quote_name(name)));
   }
-  if (::fsync(fd) != 0) throw abandon("cannot fsync");
+  if (fault_here() || ::fsync(fd) != 0) throw abandon("cannot fsync");
+  if (fault_here()) {
+    ::close(fd);
+    errno = fault_plan().err;
+    fd = -1;
+    throw abandon("cannot close");
+  }
   if (::close(fd) != 0) {
     fd = -1;
     throw abandon("cannot close");
   }
   fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw abandon(fmt::format("cannot rename {} over it", tmp));
+  if (fault_here() || ::rename(tmp.c_str(), path.c_str()) != 0)
+    throw abandon(fmt::format("cannot rename {} over it", tmp));
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) throw fail(fmt::format("cannot open directory {} to fsync it: {}", dir.string(), std::strerror(errno)));
-  int rc = ::fsync(dfd);
+  int rc = fault_here() ? -1 : ::fsync(dfd);
   int err = errno;
   ::close(dfd);
   if (rc != 0) throw fail(fmt::format("cannot fsync directory {}: {}", dir.string(), std::strerror(err)));
 }
+
+void inject_save_fault(int64_t at, bool kill, int err) {
+  FaultPlan& f = fault_plan();
+  f.at = at > 0 ? f.passed + at : 0;  // counted from now
+  f.kill = kill;
+  f.err = err;
+}
+int64_t fault_points_passed() { return fault_plan().passed; }
 
 }  // namespace reckon

@@ -1,5 +1,7 @@
 // The device catalog: datasheet GPUs and this machine's calibrated CPU (devices.h).
 #include "reckon/ledger/devices.h"
+#include "reckon/core/file.h"
+#include "reckon/core/json.h"
 
 #include <omp.h>
 #include <unistd.h>
@@ -113,10 +115,8 @@ double best_of(int reps, F&& f) {
 }
 
 std::optional<DeviceSpec> read_cache() {
-  std::ifstream f(device_cache_path());
-  if (!f) return std::nullopt;
   try {
-    json j = json::parse(f);
+    json j = parse_json(read_regular_file(device_cache_path(), "devices", uint64_t(1) << 24), device_cache_path());
     const json& e = j.at("cpus").at(cache_key());
     DeviceSpec d;
     d.name = "cpu";
@@ -146,12 +146,11 @@ void write_cache(const DeviceSpec& d, const std::string& when) {
   fs::create_directories(fs::path(path).parent_path(), ec);
   json j = json::object();
   {
-    std::ifstream f(path);
-    if (f) try {
-        j = json::parse(f);
-      } catch (const std::exception&) {
-        j = json::object();
-      }
+    try {
+      j = parse_json(read_regular_file(path, "devices", uint64_t(1) << 24), path);
+    } catch (const std::exception&) {
+      j = json::object();  // missing or damaged: written afresh
+    }
   }
   if (!j.is_object()) j = json::object();
   j["version"] = 1;
@@ -301,6 +300,8 @@ DeviceSpec calibrate_cpu() {
   d.source = "calibrated now";
   return d;
 }
+
+std::optional<DeviceSpec> cached_cpu_spec() { return read_cache(); }
 
 DeviceSpec device_spec(const std::string& name) {
   std::string key = lower(name);

@@ -5,6 +5,7 @@
 // bandwidth, and a fixed cost per op. Not here: caches, clocks under load, multi-GPU links.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ DeviceSpec calibrate_cpu();
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
 // ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count.
 std::string device_cache_path();
+// This CPU's entry in the cache file, when the file holds a sound one for this CPU model and
+// thread count; nothing otherwise (a missing, damaged or hostile file is never an error: the
+// next device_spec("cpu") calibrates again and rewrites it).
+std::optional<DeviceSpec> cached_cpu_spec();
 // Drops this process's cached cpu entry so the next device_spec("cpu") calibrates again (and
 // rewrites the cache file).
 void forget_cpu_calibration();

@@ -1,5 +1,7 @@
 #include "reckon/onnx/model.h"
 
+#include "reckon/core/file.h"
+
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
@@ -64,18 +66,10 @@ constexpr int64_t kMaxFileBytes = int64_t(std::numeric_limits<int32_t>::max()); 
 constexpr int64_t kMaxTensorBytes = int64_t(16) << 30;
 
 std::string read_file(const std::string& path, int64_t limit, const std::string& what) {
-  std::error_code ec;
-  RK_CHECK(fs::is_regular_file(path, ec), "[onnx] {}: no such file (or not a regular file)", path);
-  const auto size = int64_t(fs::file_size(path, ec));
-  RK_CHECK(!ec, "[onnx] {}: cannot read its size: {}", path, ec.message());
-  RK_CHECK(size <= limit, "[onnx] {}: {} is {} bytes, over the {} bytes protobuf can parse (2 GiB); large "
-           "models keep their weights as external data", path, what, size, limit);
-  std::ifstream f(path, std::ios::binary);
-  RK_CHECK(f.good(), "[onnx] {}: cannot open", path);
-  std::string bytes(size_t(size), '\0');
-  f.read(bytes.data(), size);
-  RK_CHECK(f.gcount() == size, "[onnx] {}: read {} of {} bytes", path, int64_t(f.gcount()), size);
-  return bytes;
+  RegularFile f(path, "onnx");  // a FIFO or a directory is refused before anything blocks
+  RK_CHECK(int64_t(f.size()) <= limit, "[onnx] {}: {} is {} bytes, over the {} bytes protobuf can parse (2 GiB); large "
+           "models keep their weights as external data", path, what, f.size(), limit);
+  return read_regular_file(path, "onnx", uint64_t(limit));
 }
 
 Shape checked_dims(const google::protobuf::RepeatedField<int64_t>& d, const std::string& where) {

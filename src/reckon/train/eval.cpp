@@ -1,5 +1,6 @@
 // Evaluation (eval.h).
 #include "reckon/train/eval.h"
+#include "reckon/core/json.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -130,10 +131,17 @@ EvalSetup prepare_evaluation(const std::string& model_name, const std::string& c
   s.model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
   if (!checkpoint.empty()) io::load_model_state(ck, *s.model, model_name);
   if (normalize == "auto" && ck.has_training_state) {
-    json c = json::parse(ck.info.config_json);
+    json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", checkpoint));
     if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
-      s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-      s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+      try {
+        s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+        s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+      } catch (const json::exception&) {
+        throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers (they are {} and {})",
+                                checkpoint, kNormalizeMeanKey, kNormalizeStdKey,
+                                c[kNormalizeMeanKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
+                                c[kNormalizeStdKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80)));
+      }
       RK_CHECK(int64_t(s.norm.mean.size()) == chw[0] || s.norm.mean.empty(),
                "{}: its normalisation has {} channels but --data {} has {}", checkpoint, s.norm.mean.size(), spec, chw[0]);
     }

@@ -6,6 +6,7 @@
 // the final report. The steps share one Run. Not here: the settings (config.h), the data
 // specs (data_spec.h), evaluation (eval.h), the display (progress.h).
 #include "reckon/train/trainer.h"
+#include "reckon/core/json.h"
 
 #include <omp.h>
 
@@ -120,14 +121,11 @@ void read_resume(Run& r) {
   RK_CHECK(r.ck.has_training_state, "--resume: {} holds only weights, not a training checkpoint", path);
   RK_CHECK(r.ck.info.model == r.cfg.model, "--resume: {} is a checkpoint of model '{}', not '{}'", path,
            r.ck.info.model, r.cfg.model);
-  apply_saved_config(r.cfg, json::parse(r.ck.info.config_json), r.norm, path);
+  apply_saved_config(r.cfg, parse_json(r.ck.info.config_json, fmt::format("{}: metadata 'config'", path)), r.norm,
+                     path);
   auto it = r.ck.info.extra.find("train_state");
   RK_CHECK(it != r.ck.info.extra.end(), "{}: metadata has no 'train_state'", path);
-  try {
-    r.train_state = json::parse(it->second);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: metadata 'train_state' is not valid JSON ({})", path, e.what()));
-  }
+  r.train_state = parse_json(it->second, fmt::format("{}: metadata 'train_state'", path));
 }
 
 // 2. The data, whether the model fits it (and its MACs), the normalisation unless resumed.
