@@ -67,70 +67,15 @@ void expect_one_line_error(const std::vector<std::string>& args, const fs::path&
 
 // ---- IDX files ----
 
-std::string be32(uint32_t v) {
-  std::string s(4, '\0');
-  for (int i = 0; i < 4; ++i) s[size_t(i)] = char((v >> (24 - 8 * i)) & 0xff);
-  return s;
-}
-std::string idx_images(uint32_t n, uint32_t magic = 0x00000803) {
-  std::string s = be32(magic) + be32(n) + be32(28) + be32(28);
-  for (uint32_t i = 0; i < n * 28 * 28; ++i) s += char(i * 7 % 251);
-  return s;
-}
-std::string idx_labels(uint32_t n, uint8_t bad_label = 255, uint32_t magic = 0x00000801) {
-  std::string s = be32(magic) + be32(n);
-  for (uint32_t i = 0; i < n; ++i) s += char(i == n / 2 && bad_label != 255 ? bad_label : i % 10);
-  return s;
-}
-// A raw (not gzipped) MNIST-layout directory of n training and n test samples.
-void write_mnist_dir(const fs::path& d, uint32_t n) {
-  fs::create_directories(d);
-  write_file(d / "train-images-idx3-ubyte", idx_images(n));
-  write_file(d / "train-labels-idx1-ubyte", idx_labels(n));
-  write_file(d / "t10k-images-idx3-ubyte", idx_images(n));
-  write_file(d / "t10k-labels-idx1-ubyte", idx_labels(n));
-}
+using test_util::idx_images;
+using test_util::idx_labels;
+using test_util::write_mnist_dir;
 
 // ---- metrics files ----
 
-// metrics.csv without the columns that hold times (wall_time, images_per_s, seconds).
-std::vector<std::string> metrics_numbers(const fs::path& csv) {
-  std::stringstream in(read_file(csv));
-  std::string line;
-  std::vector<std::string> rows;
-  std::vector<bool> keep;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ls(line);
-    std::string cell;
-    while (std::getline(ls, cell, ',')) cells.push_back(cell);
-    if (line.back() == ',') cells.push_back("");
-    if (keep.empty())
-      for (const auto& c : cells) keep.push_back(c != "wall_time" && c != "images_per_s" && c != "seconds");
-    std::string row;
-    for (size_t i = 0; i < cells.size() && i < keep.size(); ++i)
-      if (keep[i]) row += cells[i] + ",";
-    rows.push_back(row);
-  }
-  return rows;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
-}
-
-// The tensors of two checkpoints are bit-identical (model and optimizer state).
-void expect_same_tensors(const fs::path& a, const fs::path& b) {
-  SafetensorsFile fa = load_safetensors(a.string()), fb = load_safetensors(b.string());
-  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
-  for (const auto& [k, t] : fa.tensors) {
-    ASSERT_TRUE(fb.tensors.count(k)) << k;
-    EXPECT_TRUE(same_bits(t, fb.tensors.at(k))) << k;
-  }
-  for (const char* key : {"step", "epoch", "batch_in_epoch", "rng_state"})
-    EXPECT_EQ(fa.metadata.at(key), fb.metadata.at(key)) << key;
-}
+using test_util::expect_same_tensors;
+using test_util::metrics_numbers;
+using test_util::same_bits;
 
 void expect_same_losses(const std::vector<float>& a, size_t from, const std::vector<float>& b) {
   ASSERT_LE(from + b.size(), a.size());

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <sstream>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "reckon/core/error.h"
+#include "reckon/io/safetensors.h"
 
 namespace reckon::test_util {
 
@@ -91,6 +94,73 @@ inline CliResult run_cli(const std::vector<std::string>& args, const std::filesy
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+// ---- IDX files (MNIST's format) ----
+
+inline std::string be32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[size_t(i)] = char((v >> (24 - 8 * i)) & 0xff);
+  return s;
+}
+inline std::string idx_images(uint32_t n, uint32_t magic = 0x00000803) {
+  std::string s = be32(magic) + be32(n) + be32(28) + be32(28);
+  for (uint32_t i = 0; i < n * 28 * 28; ++i) s += char(i * 7 % 251);
+  return s;
+}
+inline std::string idx_labels(uint32_t n, uint8_t bad_label = 255, uint32_t magic = 0x00000801) {
+  std::string s = be32(magic) + be32(n);
+  for (uint32_t i = 0; i < n; ++i) s += char(i == n / 2 && bad_label != 255 ? bad_label : i % 10);
+  return s;
+}
+// A raw (not gzipped) MNIST-layout directory of n training and n test samples.
+inline void write_mnist_dir(const std::filesystem::path& d, uint32_t n) {
+  std::filesystem::create_directories(d);
+  write_file(d / "train-images-idx3-ubyte", idx_images(n));
+  write_file(d / "train-labels-idx1-ubyte", idx_labels(n));
+  write_file(d / "t10k-images-idx3-ubyte", idx_images(n));
+  write_file(d / "t10k-labels-idx1-ubyte", idx_labels(n));
+}
+
+// ---- checkpoints and metrics of two runs ----
+
+// metrics.csv without the columns that hold times (wall_time, images_per_s, seconds).
+inline std::vector<std::string> metrics_numbers(const std::filesystem::path& csv) {
+  std::stringstream in(read_file(csv));
+  std::string line;
+  std::vector<std::string> rows;
+  std::vector<bool> keep;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    if (line.back() == ',') cells.push_back("");
+    if (keep.empty())
+      for (const auto& c : cells) keep.push_back(c != "wall_time" && c != "images_per_s" && c != "seconds");
+    std::string row;
+    for (size_t i = 0; i < cells.size() && i < keep.size(); ++i)
+      if (keep[i]) row += cells[i] + ",";
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+}
+
+// The tensors of two checkpoints are bit-identical (model and optimizer state).
+inline void expect_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b) {
+  SafetensorsFile fa = load_safetensors(a.string()), fb = load_safetensors(b.string());
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (const auto& [k, t] : fa.tensors) {
+    ASSERT_TRUE(fb.tensors.count(k)) << k;
+    EXPECT_TRUE(same_bits(t, fb.tensors.at(k))) << k;
+  }
+  for (const char* key : {"step", "epoch", "batch_in_epoch", "rng_state"})
+    EXPECT_EQ(fa.metadata.at(key), fb.metadata.at(key)) << key;
 }
 
 }  // namespace reckon::test_util

@@ -41,4 +41,15 @@ SafetensorsFile load_safetensors(const std::string& path);
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// Fault injection, for the crash-consistency tests (issue 14). Every step of save_safetensors
+// that can fail is a numbered fault point, counted over the process: creating the temporary
+// file, each write (the header length, the header, each tensor), the fsync, the close, the
+// rename and the directory's fsync. With a plan set, the point numbered `at` (1-based) either
+// fails with errno `err` (a write first writes half its bytes, as a full disk does) or, when
+// `kill` is set, kills the process with SIGKILL (a write again after half its bytes).
+// The environment sets a plan for a whole process: RECKON_FAULT=K:kill, K:ENOSPC or K:EIO.
+// at == 0 disables injection. fault_points_passed() counts the points reached so far.
+void inject_save_fault(int64_t at, bool kill, int err);
+int64_t fault_points_passed();
+
 }  // namespace reckon
