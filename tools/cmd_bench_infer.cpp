@@ -189,7 +189,7 @@ tools::RegisterCommand reg([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
   sub->add_flag("--plain-layouts", a.plain_layouts, "keep every value NCHW (reorder around each convolution)");
   sub->add_flag("--json", a.json, "print JSON");
   sub->add_flag("--profile", a.profile, "time each step too (the fastest of 20 runs)");
-  sub->add_option("--seed", a.seed, "random seed of the input")->capture_default_str();
+  sub->add_option("--seed", a.seed, "random seed of the input")->capture_default_str()->check(CLI::NonNegativeNumber);
   return [] { return cmd_bench_infer(a); };
 });
 

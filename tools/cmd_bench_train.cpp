@@ -125,7 +125,7 @@ tools::RegisterCommand reg_bench_train([](CLI::App& app, CLI::App*& sub) -> tool
   sub->add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
   sub->add_option("--size", a.size, "input height = width (0: the model's default)")->capture_default_str();
-  sub->add_option("--seed", a.seed, "random seed")->capture_default_str();
+  sub->add_option("--seed", a.seed, "random seed")->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast)")->capture_default_str();
   sub->add_option("--conv-algo", a.conv_algo, "auto | direct (default: RECKON_CONV_ALGO, else auto)");
   sub->add_flag("--inference", a.inference, "time eval-mode forward passes under no-grad instead");

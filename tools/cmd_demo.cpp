@@ -109,7 +109,7 @@ tools::RegisterCommand reg_demo([](CLI::App& app, CLI::App*& sub) -> tools::Runn
   sub->add_option("--steps", a.steps, "SGD steps")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--batch", a.batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--lr", a.lr, "learning rate")->capture_default_str();
-  sub->add_option("--seed", a.seed, "random seed")->capture_default_str();
+  sub->add_option("--seed", a.seed, "random seed")->capture_default_str()->check(CLI::NonNegativeNumber);
   return [] { return cmd_demo(a.model, a.steps, a.batch, a.lr, a.seed); };
 });
 }  // namespace

@@ -39,7 +39,12 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
       case train::Cli::flag:
         if constexpr (std::is_same_v<T, bool>) sub->add_flag(f.flag(), value, f.help);
         break;
-      case train::Cli::option: sub->add_option(f.flag(), value, f.help)->capture_default_str(); break;
+      case train::Cli::option: {
+        CLI::Option* o = sub->add_option(f.flag(), value, f.help)->capture_default_str();
+        // CLI11 reads "-1" into an unsigned field as 2^64-1: refuse a sign there.
+        if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) o->check(CLI::NonNegativeNumber);
+        break;
+      }
       case train::Cli::option_no_default: sub->add_option(f.flag(), value, f.help); break;
       case train::Cli::bytes: sub->add_option(f.flag(), bytes_text[f.flag()], f.help); break;
     }

@@ -1,6 +1,7 @@
 // The `reckon` command line: one binary, subcommands that read like the pipeline. Each
 // subcommand lives in its own tools/cmd_*.cpp and registers itself (command.h).
 #include <cstdio>
+#include <new>
 
 #include "command.h"
 #include "reckon/core/error.h"
@@ -23,17 +24,40 @@ int main(int argc, char** argv) {
   }
   // Usage errors (unknown options, bad values, a missing argument) exit 2, as the design says; CLI11
   // prints them. --help is not an error.
+  // One line on stderr for every usage error, as for every other error (CLI11's own text adds a
+  // second line); --help and its like print as CLI11 has them.
+  bool known = false;
+  std::string names;
+  for (auto& [sub, run] : subs) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "reckon: unknown command '%s' (the commands: %s)\n", argv[1], names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string where = "reckon";
+    for (auto& [sub, run] : subs)
+      if (sub->parsed()) where += " " + sub->get_name();
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "reckon: %s (%s --help shows the options)\n", what.c_str(), where.c_str());
+    return 2;
   }
   try {
     for (auto& [sub, run] : subs)
       if (sub && sub->parsed()) return run();
   } catch (const reckon::Error& e) {
     std::fprintf(stderr, "reckon: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked before anything is allocated; what still runs out is the machine.
+    std::fprintf(stderr, "reckon: out of memory (std::bad_alloc); `reckon plan` says what fits\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reckon: %s\n", e.what());

@@ -35,17 +35,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// More classes than any dataset has (ImageNet-21k has 21,841), and few enough that a classifier's
+// weight cannot overflow a size.
+constexpr int64_t kMaxClasses = int64_t(1) << 24;
+
 void check_config(const LedgerConfig& cfg) {
-  RK_CHECK(cfg.batch > 0, "[ledger] the batch must be positive, got {}", cfg.batch);
+  RK_CHECK(cfg.batch > 0, "[ledger] --batch must be positive, got {}", cfg.batch);
   RK_CHECK(cfg.precision == "fp32" || cfg.precision == "bf16" || cfg.precision == "fp16",
            "[ledger] unknown precision '{}' (fp32, bf16 or fp16)", cfg.precision);
-  RK_CHECK(cfg.accum >= 1, "[ledger] accumulation must be at least 1 micro-batch, got {}", cfg.accum);
+  RK_CHECK(cfg.accum >= 1, "[ledger] --accum (gradient accumulation) must be at least 1 micro-batch, got {}", cfg.accum);
+  checked_mul(cfg.batch, cfg.accum, "[ledger] --batch x --accum (the effective batch)");
   train::grad_scaler_on(cfg.grad_scaler, DType::f32);  // throws naming --grad-scaler
   RK_CHECK(cfg.optimizer == "sgd" || cfg.optimizer == "adamw", "[ledger] unknown optimizer '{}' (sgd or adamw)",
            cfg.optimizer);
   RK_CHECK(cfg.momentum >= 0.0, "[ledger] SGD momentum must be >= 0, got {}", cfg.momentum);
-  RK_CHECK(cfg.num_classes >= 0, "[ledger] the number of classes must be positive (0: the model's default), got {}",
-           cfg.num_classes);
+  RK_CHECK(cfg.num_classes >= 0 && cfg.num_classes <= kMaxClasses,
+           "[ledger] --classes must be 1 to {} (0: the model's default), got {}", kMaxClasses, cfg.num_classes);
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);

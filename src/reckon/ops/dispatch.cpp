@@ -1,6 +1,9 @@
 #include "reckon/ops/dispatch.h"
 
+#include <fmt/ranges.h>
+
 #include <cstring>
+#include <new>
 
 #include "reckon/ops/shape_ops.h"
 
@@ -224,8 +227,9 @@ void make_dense(std::vector<Tensor>& kin, uint32_t keep) {
   }
 }
 
-void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> kin, std::span<Tensor> out,
-                 const void* attrs, KernelRun& run) {
+namespace {
+void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<const Tensor> kin,
+                           std::span<Tensor> out, const void* attrs, KernelRun& run) {
   const KernelTable& table = kernel_table();
   const KernelFn cpu = table.cpu[size_t(id)], ref = table.ref[size_t(id)];
   switch (dev) {
@@ -298,6 +302,30 @@ void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor
       run.workspace_bytes = ctx.workspace_bytes();
       return;
     }
+  }
+}
+}  // namespace
+
+// A library's own exception (oneDNN's "could not create a primitive", std::bad_alloc) names no
+// op and no shape; it leaves here as a reckon::Error that names both.
+void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> kin, std::span<Tensor> out,
+                 const void* attrs, KernelRun& run) {
+  auto where = [&] {
+    std::string s;
+    for (const Tensor& t : kin) {
+      if (!s.empty()) s += ", ";
+      s += t.defined() ? fmt::format("{} {}", dtype_name(t.dtype()), fmt::join(t.shape(), "x")) : "none";
+    }
+    return fmt::format("[{}] on {} with inputs ({})", op, device_name(dev), s);
+  };
+  try {
+    run_kernels_unguarded(id, op, dev, kin, out, attrs, run);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(fmt::format("{}: out of memory (std::bad_alloc)", where()));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: {}", where(), e.what()));
   }
 }
 
