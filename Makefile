@@ -5,12 +5,15 @@ JOBS ?= 2
 DEB_PACKAGES := cmake ninja-build g++ libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev \
   nlohmann-json3-dev zlib1g-dev libpng-dev libjpeg-dev libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist \
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+# The sanitizer build and the fuzzers (make sanitize, make fuzz): clang with libFuzzer, and the
+# LLVM OpenMP runtime clang's -fopenmp links.
+SAN_PACKAGES := clang-14 libclang-rt-14-dev libomp-14-dev
 # The tests' oracles, from PyPI, for the python3 on PATH: ONNX Runtime runs what reckon exports,
 # torch's exporter writes the torchvision models reckon imports.
 PY_PACKAGES := onnx onnxruntime numpy torch torchvision
 PYTHON ?= python3
 
-.PHONY: deps pydeps build run test bench clean
+.PHONY: deps pydeps sandeps build run test bench clean sanitize-build sanitize fuzz
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -19,6 +22,9 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+sandeps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(SAN_PACKAGES)"
 
 pydeps:
 	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision" 2>/dev/null || \
@@ -38,5 +44,25 @@ test: build pydeps
 bench: build
 	./$(BUILD)/reckon_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 
+# Issue 14: the whole library, the tests and the fuzz targets built with clang under ASan and
+# UBSan (any report is fatal), then every test run under it.
+SAN_BUILD ?= build-san
+FUZZ_SECONDS ?= 60
+sanitize-build: deps sandeps
+	CXX=clang++-14 cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DRECKON_SANITIZE=address,undefined -DRECKON_FUZZ=ON >/dev/null
+	ninja -C $(SAN_BUILD) -j$(JOBS)
+
+sanitize: sanitize-build pydeps
+	cd $(SAN_BUILD) && OMP_WAIT_POLICY=passive RECKON_PYTHON=$(PYTHON) \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j$(JOBS) --timeout 1800
+
+# Each fuzz target for FUZZ_SECONDS from its committed seeds (fuzz/corpus/NAME); what it finds
+# new goes to $(SAN_BUILD)/corpus/NAME. Fails on any finding; prints executions and coverage.
+fuzz: sanitize-build
+	scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD)

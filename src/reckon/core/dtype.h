@@ -75,16 +75,23 @@ struct bf16_t {
   }
 };
 
-// IEEE half stored as bits; the compiler's _Float16 does the arithmetic conversions.
+// IEEE half stored as bits; the compiler's _Float16 does the arithmetic conversions (clang before
+// 15 has _Float16 on x86 only with AVX512-FP16; its storage type __fp16 converts alike, rounding
+// to nearest even).
+#if defined(__clang__) && __clang_major__ < 15 && !defined(__AVX512FP16__)
+using half_arith_t = __fp16;
+#else
+using half_arith_t = _Float16;
+#endif
 struct f16_t {
   uint16_t bits = 0;
   f16_t() = default;
   explicit f16_t(float f) {
-    _Float16 h = static_cast<_Float16>(f);
+    half_arith_t h = static_cast<half_arith_t>(f);
     std::memcpy(&bits, &h, 2);
   }
   explicit operator float() const {
-    _Float16 h;
+    half_arith_t h;
     std::memcpy(&h, &bits, 2);
     return static_cast<float>(h);
   }

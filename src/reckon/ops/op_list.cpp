@@ -59,7 +59,9 @@ void from_j(const json& j, T& v, const std::string& path) {
   auto fail = [&](const char* want) { throw FieldError{fmt::format("'{}' must be {}, got {}", path, want, j.dump())}; };
   if constexpr (Reflected<T>) {
     if (!j.is_object()) fail("an object");
-    for (const auto& [key, val] : j.items()) {
+    for (const auto& item : j.items()) {
+      const std::string& key = item.key();  // not a structured binding: clang 14 cannot capture one
+      const json& val = item.value();
       bool known = false;
       v.visit_fields([&](const char* name, auto& f) {
         if (key == name) {
