@@ -18,11 +18,11 @@ std::string one_line(std::string s) {
   return s;
 }
 
-namespace {
-
-Error fail(const char* tag, const std::string& path, const std::string& why) {
-  return Error(one_line(fmt::format("[{}] {}: {}", tag, path, why)));
+Error file_error(const char* tag, const std::string& file, const std::string& what) {
+  return Error(one_line(fmt::format("[{}] {}: {}", tag, file, what)));
 }
+
+namespace {
 
 const char* kind_of(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
@@ -35,21 +35,21 @@ const char* kind_of(mode_t m) {
 
 }  // namespace
 
-RegularFile::RegularFile(const std::string& path, const char* tag) {
+RegularFile::RegularFile(const std::string& path, const char* tag) : path_(path), tag_(tag) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) {
     const int e = errno;
-    throw fail(tag, path, e == ENOENT ? std::string("no such file") : fmt::format("cannot open: {}", std::strerror(e)));
+    throw file_error(tag, path, e == ENOENT ? std::string("no such file") : fmt::format("cannot open: {}", std::strerror(e)));
   }
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {
     const int e = errno;
     ::close(fd_);
-    throw fail(tag, path, fmt::format("cannot stat: {}", std::strerror(e)));
+    throw file_error(tag, path, fmt::format("cannot stat: {}", std::strerror(e)));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw fail(tag, path, fmt::format("not a regular file ({})", kind_of(st.st_mode)));
+    throw file_error(tag, path, fmt::format("not a regular file ({})", kind_of(st.st_mode)));
   }
   // Reads of a regular file never block; clear the flag anyway so that library readers see a
   // plain descriptor.
@@ -68,20 +68,24 @@ int RegularFile::release() {
   return fd;
 }
 
-std::string read_regular_file(const std::string& path, const char* tag, uint64_t max_bytes) {
-  RegularFile f(path, tag);
-  if (f.size() > max_bytes)
-    throw fail(tag, path, fmt::format("{} bytes, over the {} bytes this reader takes", f.size(), max_bytes));
-  std::string bytes(size_t(f.size()), '\0');
+std::string RegularFile::read_all() const {
+  std::string bytes(size_t(size_), '\0');
   uint64_t got = 0;
-  while (got < f.size()) {
-    const ssize_t r = ::pread(f.fd(), bytes.data() + got, size_t(f.size() - got), off_t(got));
+  while (got < size_) {
+    const ssize_t r = ::pread(fd_, bytes.data() + got, size_t(size_ - got), off_t(got));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw fail(tag, path, fmt::format("read error at offset {}: {}", got, std::strerror(errno)));
-    if (r == 0) throw fail(tag, path, fmt::format("file shrank to {} bytes while it was read", got));
+    if (r < 0) throw file_error(tag_, path_, fmt::format("read error at offset {}: {}", got, std::strerror(errno)));
+    if (r == 0) throw file_error(tag_, path_, fmt::format("file shrank to {} bytes while it was read", got));
     got += uint64_t(r);
   }
   return bytes;
+}
+
+std::string read_regular_file(const std::string& path, const char* tag, uint64_t max_bytes) {
+  RegularFile f(path, tag);
+  if (f.size() > max_bytes)
+    throw file_error(tag, path, fmt::format("{} bytes, over the {} bytes this reader takes", f.size(), max_bytes));
+  return f.read_all();
 }
 
 }  // namespace reckon

@@ -12,6 +12,10 @@ namespace reckon {
 // s with control characters turned into spaces, so a message stays one line.
 std::string one_line(std::string s);
 
+// "[tag] file: what" as a reckon::Error, on one line.
+struct Error;
+Error file_error(const char* tag, const std::string& file, const std::string& what);
+
 // A read-only descriptor on a regular file, closed with the object.
 class RegularFile {
  public:
@@ -23,10 +27,14 @@ class RegularFile {
 
   int fd() const { return fd_; }
   uint64_t size() const { return size_; }
+  // All of its bytes (size() of them, read from offset 0).
+  std::string read_all() const;
   // Hands the descriptor over (to gzdopen, say); the object no longer closes it.
   int release();
 
  private:
+  std::string path_;
+  const char* tag_;
   int fd_ = -1;
   uint64_t size_ = 0;
 };

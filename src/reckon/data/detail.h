@@ -15,12 +15,8 @@
 
 namespace reckon::data::detail {
 
+using reckon::file_error;
 using reckon::one_line;
-
-// "[tag] file: what" as a reckon::Error.
-inline Error file_error(const char* tag, const std::string& file, const std::string& what) {
-  return Error(one_line(fmt::format("[{}] {}: {}", tag, file, what)));
-}
 
 // The whole of a regular file (a FIFO or a directory refused before anything blocks), or an
 // error naming it.

@@ -56,17 +56,6 @@ bool find_dtype(const std::string& name, DType& out) {
   return false;
 }
 
-// A file descriptor closed on scope exit.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
 // Reads exactly n bytes at offset; false on a read error or an early end of file.
 bool pread_all(int fd, void* dst, uint64_t n, uint64_t offset) {
   auto* p = static_cast<char*>(dst);
@@ -171,14 +160,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const std::string file = one_line(path);
   auto fail = [&](const std::string& what) { return Error(one_line(fmt::format("[safetensors] {}: {}", file, what))); };
 
-  RegularFile rf(path, "safetensors");  // a FIFO or a directory is refused before anything blocks
-  Fd f(rf.release());
-  const uint64_t file_size = rf.size();
+  RegularFile f(path, "safetensors");  // a FIFO or a directory is refused before anything blocks
+  const uint64_t file_size = f.size();
   if (file_size < kHeaderLenBytes)
     throw fail(fmt::format("file is {} bytes, too short for the 8-byte header length at byte 0", file_size));
 
   unsigned char len_bytes[kHeaderLenBytes];
-  if (!pread_all(f.fd, len_bytes, kHeaderLenBytes, 0)) throw fail("cannot read the header length at byte 0");
+  if (!pread_all(f.fd(), len_bytes, kHeaderLenBytes, 0)) throw fail("cannot read the header length at byte 0");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes)
@@ -191,7 +179,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t data_size = file_size - data_start;
 
   std::string header(size_t(header_len), '\0');
-  if (!pread_all(f.fd, header.data(), header_len, kHeaderLenBytes))
+  if (!pread_all(f.fd(), header.data(), header_len, kHeaderLenBytes))
     throw fail(fmt::format("cannot read the {}-byte header at byte 8", header_len));
 
   // Parse, noting repeated top-level keys (nlohmann would keep the last silently).
@@ -311,7 +299,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const auto& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     uint64_t n = e.end - e.begin;
-    if (n > 0 && !pread_all(f.fd, t.raw_data(), n, data_start + e.begin))
+    if (n > 0 && !pread_all(f.fd(), t.raw_data(), n, data_start + e.begin))
       throw fail(fmt::format("tensor {}: cannot read {} bytes at byte {}", quote_name(e.name), n, data_start + e.begin));
     out.tensors.emplace(e.name, std::move(t));
   }

@@ -69,7 +69,7 @@ std::string read_file(const std::string& path, int64_t limit, const std::string&
   RegularFile f(path, "onnx");  // a FIFO or a directory is refused before anything blocks
   RK_CHECK(int64_t(f.size()) <= limit, "[onnx] {}: {} is {} bytes, over the {} bytes protobuf can parse (2 GiB); large "
            "models keep their weights as external data", path, what, f.size(), limit);
-  return read_regular_file(path, "onnx", uint64_t(limit));
+  return f.read_all();
 }
 
 Shape checked_dims(const google::protobuf::RepeatedField<int64_t>& d, const std::string& where) {
