@@ -17,6 +17,7 @@
 #include "reckon/engine/engine.h"
 #include "reckon/engine/quantize.h"
 #include "reckon/io/npy.h"
+#include "reckon/kernels/cpu/int8_exact.h"
 #include "reckon/nn/layers.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/models/resnet.h"
@@ -442,6 +443,13 @@ TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
   for (double v : j["normalize"]["mean"]) mean += (mean.empty() ? "" : ",") + fmt::format("{:.9g}", v);
   for (double v : j["normalize"]["std"]) stdev += (stdev.empty() ? "" : ",") + fmt::format("{:.9g}", v);
   const std::string script = test_util::python() + " " RECKON_SOURCE_DIR "/scripts/ort_qdq_agreement.py";
+  // ONNX Runtime is an exact oracle only where its u8 x s8 products are: without VNNI its MLAS
+  // kernels use vpmaddubsw, which saturates pairs of products in int16, as oneDNN's would (that
+  // is why reckon computes exactly there, int8_exact.h). On such a cpu (a Zen 3: ORT 86.4%,
+  // reckon 87.1% on Fashion-MNIST, 95.5% agreement) the bounds below are those of two
+  // quantized models that differ in rounding, and reckon must not be the less accurate.
+  const bool ort_exact = int8_exact::dnnl_is_exact();
+  const double agree_min = ort_exact ? 0.995 : 0.9;
   // The QDQ file in ONNX Runtime: the same predictions, run by its int8 kernels.
   {
     const fs::path o = d / "agree.json";
@@ -449,7 +457,8 @@ TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
                                    " 2>/dev/null"),
               0);
     auto a = nlohmann::json::parse(test_util::read_file(o));
-    EXPECT_GE(a["agreement"].get<double>(), 0.995) << a.dump();
+    EXPECT_GE(a["agreement"].get<double>(), agree_min) << a.dump();
+    EXPECT_GE(a["reckon_accuracy"].get<double>(), a["ort_accuracy"].get<double>() - 0.005) << a.dump();
     EXPECT_EQ(a["ort_ops"].value("QLinearConv", 0), 2) << a.dump();  // its int8 convolution, not DQ + Conv
     EXPECT_EQ(a["ort_ops"].value("QGemm", 0), 3) << a.dump();
   }
@@ -478,8 +487,8 @@ TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
       same += std::max_element(pa + i * K, pa + (i + 1) * K) - pa == std::max_element(pb + i * K, pb + (i + 1) * K) - pb;
       for (int64_t k = 0; k < K; ++k) worst = std::max(worst, double(std::abs(pa[i * K + k] - pb[i * K + k])));
     }
-    EXPECT_GE(double(same) / double(n), 0.995);
-    EXPECT_LE(worst, step * 1.001);
+    EXPECT_GE(double(same) / double(n), agree_min);
+    if (ort_exact) EXPECT_LE(worst, step * 1.001);
     // A scale of 0, NaN or inf in a file is refused, naming the node.
     for (const char* bad : {"0.0", "float('nan')", "float('inf')"}) {
       const std::string broken = (d / "broken.onnx").string();

@@ -10,6 +10,7 @@
 
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/kernels/cpu/quant_dnnl.h"
+#include "reckon/kernels/cpu/int8_exact.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
 
@@ -456,6 +457,7 @@ struct Engine::Impl {
   // its s8 weights reordered once (with the compensation an s8 input needs), the int32 bias as
   // given, the requantization, activation and residual add as output scales and post-ops.
   bool lower_conv_int8(const Node& n) {
+    if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
     const auto& a = attrs_of<QuantConvAttrs>(n);
     const int x = n.inputs[0], w = n.inputs[1];
     const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
@@ -497,6 +499,7 @@ struct Engine::Impl {
   }
 
   bool lower_linear_int8(const Node& n) {
+    if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
     const auto& q = attrs_of<QuantLinearAttrs>(n);
     const int x = n.inputs[0], w = n.inputs[1];
     const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;

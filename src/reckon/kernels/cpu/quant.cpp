@@ -1,7 +1,9 @@
 // Fast kernels of the quantized ops on plain tensors: quantize and dequantize as parallel loops,
-// conv2d_int8 and linear_int8 as oneDNN int8 primitives (VNNI on a cpu that has it), with the
-// arithmetic of the reference kernels (ops/quant.h), which the op harness checks bit for bit.
+// conv2d_int8 and linear_int8 as oneDNN int8 primitives on a cpu with VNNI (int8_exact.h on one
+// without, where oneDNN's products saturate), with the arithmetic of the reference kernels (ops/quant.h), which the op harness checks bit for bit.
 #include "reckon/kernels/cpu/quant_dnnl.h"
+
+#include "reckon/kernels/cpu/int8_exact.h"
 
 #include <fmt/format.h>
 
@@ -237,6 +239,10 @@ Support DequantizeLinear::cpu(KernelCtx&, std::span<const Tensor> in, std::span<
 Support Conv2dInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &x = in[0], &w = in[1];
   Tensor& y = out[0];
+  if (!int8_exact::dnnl_is_exact()) {  // oneDNN would saturate pairs of products in int16
+    int8_exact::conv(ctx, in, y, a);
+    return Support::yes();
+  }
   const bool bias = in.size() > 2 && in[2].defined(), sum = has_sum(a.q.post);
   const QuantConvGeo g = quant_conv_geo(x.shape(), w.shape(), y.shape(), a.conv);
   static PlanCache<Plan> cache;
@@ -254,6 +260,10 @@ Support Conv2dInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Te
 Support LinearInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &x = in[0], &w = in[1];
   Tensor& y = out[0];
+  if (!int8_exact::dnnl_is_exact()) {
+    int8_exact::linear(ctx, in, y, a);
+    return Support::yes();
+  }
   const bool bias = in.size() > 2 && in[2].defined(), sum = has_sum(a.post);
   static PlanCache<Plan> cache;
   auto* plan = cache.get(key_of("linear_int8", in, op_info(op_id<LinearInt8>).attrs_to_json(&a)), [&] {
