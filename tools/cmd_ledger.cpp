@@ -94,7 +94,7 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   sub->add_option("model", a.model, "zoo model name (reckon models lists them) or an .onnx file")->required();
   sub->add_option("--batch", a.batch, "images per micro-batch (per step without --accum)")->required();
   sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
-  sub->add_option("--classes", a.classes, "number of classes (default: the model's)");
+  sub->add_option("--classes", a.classes, "number of classes (default: the model's)")->check(CLI::PositiveNumber);
   sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast, f32 master weights); with --inference: fp32 | int8")
       ->capture_default_str();
   sub->add_option("--accum", a.accum, "micro-batches per optimizer step (gradient accumulation)")->capture_default_str();

@@ -74,7 +74,7 @@ tools::RegisterCommand reg_plan([](CLI::App& app, CLI::App*& sub) -> tools::Runn
   sub->add_option("--device", a.device, "cpu, a100, a100-80gb, h100, h200, l4, rtx4090 (what the step is timed for)")
       ->capture_default_str();
   sub->add_option("--input", a.input, "one sample's CxHxW (default: the model's)");
-  sub->add_option("--classes", a.classes, "number of classes (default: the model's)");
+  sub->add_option("--classes", a.classes, "number of classes (default: the model's)")->check(CLI::PositiveNumber);
   sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();
   sub->add_option("--precisions", a.precisions, "precisions to try, in ladder order")->capture_default_str();

@@ -493,6 +493,11 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
                   const std::function<nn::Module*()>& cpu_model_of) {
   check_config(cfg);
   check_sample_shape(sample);
+  {  // a batch no 64-bit size holds is refused naming the arguments, before anything is built
+    const std::string in = fmt::format("{}x{}x{}", sample[0], sample[1], sample[2]);
+    const std::string what = fmt::format("[ledger] --batch {} of --input {}", cfg.batch, in);
+    checked_mul(cfg.batch, checked_mul(checked_mul(sample[0], sample[1], what), sample[2], what), what);
+  }
   ConvAlgorithmScope algo(cfg.conv_algo);  // the meta step and the measured one alike
   Ledger L;
   L.model = label;

@@ -5,6 +5,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -316,11 +317,18 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const fs::path p(path);
   const fs::path tmp = p.parent_path() / fmt::format(".{}.tmp{}", p.filename().string(), int(::getpid()));
   {
+    // Errors name the file asked for (the temporary beside it is the writer's business).
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    RK_CHECK(f.good(), "[export] cannot write {}", tmp.string());
+    RK_CHECK(f.good(), "[export] cannot write {}: {}", path, std::strerror(errno));
     f.write(bytes.data(), std::streamsize(bytes.size()));
     f.flush();
-    RK_CHECK(f.good(), "[export] writing {} failed (disk full?)", tmp.string());
+    if (!f.good()) {
+      const int err = errno;
+      f.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw Error(fmt::format("[export] writing {} failed: {}", path, std::strerror(err)));
+    }
   }
   std::error_code ec;
   fs::rename(tmp, p, ec);
