@@ -44,7 +44,9 @@ Tensor random_tensor(const Shape& s, uint64_t seed, double lo = -1.0, double hi 
 void randomise_batch_norms(nn::Module& m, uint64_t seed) {
   Generator g(seed);
   for (auto& [name, t] : m.state_dict()) {
-    auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+    auto ends = [&name = name](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
     if (!is_floating(t.dtype())) continue;
     if (ends("running_var")) fill_uniform_(t, 0.5, 2.0, g);
     else if (ends("running_mean")) fill_uniform_(t, -0.2, 0.2, g);

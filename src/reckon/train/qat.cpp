@@ -172,11 +172,12 @@ Qat::Qat(nn::Module& m, const Shape& sample_shape, bool per_channel) : s_(std::m
     graph::Capture c;
     nn::declare_module(c, m);
     for (auto& [name, mod] : mods)
-      mod->set_forward_override([&given, &made, &calls, &c, name, mod](const Tensor& x) {
-        given.emplace(name, c.value_of(x));
-        Tensor y = mod->forward(x);
-        made.emplace(name, c.value_of(y));
-        ++calls[name];
+      // init-captures: clang 14 cannot capture structured bindings by name
+      mod->set_forward_override([&given, &made, &calls, &c, n = name, md = mod](const Tensor& x) {
+        given.emplace(n, c.value_of(x));
+        Tensor y = md->forward(x);
+        made.emplace(n, c.value_of(y));
+        ++calls[n];
         return y;
       });
     const bool was_training = m.is_training();
