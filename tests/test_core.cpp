@@ -2,6 +2,8 @@
 // autograd engine's bookkeeping (accumulation, no_grad, saved tensors released on use).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/dispatch.h"
@@ -22,6 +24,33 @@ TEST(Tensor, FactoriesAndValues) {
   EXPECT_EQ(b.to_vector(), (std::vector<double>{1.0, 0.5, -2.0}));
   EXPECT_THROW(Tensor::from_vector({1, 2}, {3}), Error);
   EXPECT_THROW(t.item(), Error);
+}
+
+// An integer element holds only what its type can: found by UBSan under an ONNX model whose
+// int64 constants multiply to 1e22 (a double with no int64 conversion).
+TEST(Tensor, IntegerElementsRefuseValuesOutOfTheirRange) {
+  Tensor i64 = Tensor::zeros({2}, DType::i64), u8 = Tensor::zeros({2}, DType::u8), i8 = Tensor::zeros({2}, DType::i8);
+  i64.set(0, -9223372036854775808.0);
+  EXPECT_EQ(i64.get(0), -9223372036854775808.0);
+  EXPECT_THROW(i64.set(1, 9223372036854775808.0), Error);  // 2^63
+  EXPECT_THROW(i64.set(1, 1e22), Error);
+  EXPECT_THROW(i64.set(1, NAN), Error);
+  u8.set(0, 255);
+  EXPECT_EQ(u8.get(0), 255);
+  EXPECT_THROW(u8.set(1, 256), Error);
+  EXPECT_THROW(u8.set(1, -1), Error);
+  i8.set(0, -128.5);  // truncated toward zero, as a C++ conversion does
+  EXPECT_EQ(i8.get(0), -128);
+  EXPECT_THROW(i8.set(1, -129), Error);
+  const std::string msg = [&] {
+    try {
+      i64.set(1, 1e22);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(msg.find("does not fit in i64"), std::string::npos) << msg;
 }
 
 TEST(Tensor, ViewsShareStorage) {

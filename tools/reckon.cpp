@@ -1,5 +1,7 @@
 // The `reckon` command line: one binary, subcommands that read like the pipeline. Each
 // subcommand lives in its own tools/cmd_*.cpp and registers itself (command.h).
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 
@@ -13,6 +15,40 @@ std::vector<Setup>& commands() {
 }
 }  // namespace reckon::tools
 
+namespace {
+// CLI11 2.1 reads an integer through strtoll, which answers LLONG_MAX for any larger text, so
+// `--batch 99999999999999999999` became a batch of 9223372036854775807. Every integer option of
+// every subcommand refuses a decimal that does not fit in 64 bits instead (a usage error).
+void refuse_integers_past_64_bits(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();
+    const bool is_int = type.rfind("INT", 0) == 0, is_uint = type.rfind("UINT", 0) == 0;
+    if (!is_int && !is_uint) continue;
+    o->check(CLI::Validator(
+        [is_uint](std::string& s) -> std::string {
+          const char* b = s.data() + (!s.empty() && s[0] == '+');
+          const char* e = s.data() + s.size();
+          if (b == e || (*b != '-' && (*b < '0' || *b > '9'))) return {};  // not decimal: CLI11 decides
+          for (const char* p = b + (*b == '-'); p != e; ++p)
+            if (*p < '0' || *p > '9') return {};
+          std::errc ec;
+          if (is_uint) {
+            uint64_t v;
+            ec = std::from_chars(b, e, v).ec;
+          } else {
+            int64_t v;
+            ec = std::from_chars(b, e, v).ec;
+          }
+          if (ec == std::errc::result_out_of_range)
+            return s + " does not fit in a 64-bit " + (is_uint ? "unsigned integer" : "integer");
+          return {};
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_integers_past_64_bits(*sub);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"reckon: train convolutional networks and know what they cost"};
   app.require_subcommand(1);
@@ -22,6 +58,7 @@ int main(int argc, char** argv) {
     auto run = setup(app, sub);
     subs.push_back({sub, std::move(run)});
   }
+  refuse_integers_past_64_bits(app);
   // Usage errors (unknown options, bad values, a missing argument) exit 2, as the design says; CLI11
   // prints them. --help is not an error.
   // One line on stderr for every usage error, as for every other error (CLI11's own text adds a

@@ -1,6 +1,7 @@
 #include "reckon/core/tensor.h"
 
 #include <cmath>
+#include <limits>
 
 namespace reckon {
 
@@ -114,16 +115,27 @@ double load(const void* p, DType t, int64_t k) {
   return 0;
 }
 
+// An integer element takes only a value its type holds: a double out of range (or a NaN) has no
+// integer conversion in C++ (undefined behaviour, UBSan's report), so it is an error here.
+template <class I>
+I to_int(double v, DType t) {
+  // 2^63 is exactly representable; every double below it converts to int64.
+  const double lo = double(std::numeric_limits<I>::min()), hi_excl = double(std::numeric_limits<I>::max()) + 1.0;
+  const double w = std::trunc(v);  // the conversion truncates toward zero; NaN fails both tests
+  RK_CHECK(w >= lo && w < hi_excl, "[tensor] the value {} does not fit in {}", v, dtype_name(t));
+  return I(w);
+}
+
 void store(void* p, DType t, int64_t k, double v) {
   switch (t) {
     case DType::f32: static_cast<float*>(p)[k] = float(v); break;
     case DType::f64: static_cast<double*>(p)[k] = v; break;
     case DType::bf16: static_cast<bf16_t*>(p)[k] = bf16_t(float(v)); break;
     case DType::f16: static_cast<f16_t*>(p)[k] = f16_t(float(v)); break;
-    case DType::i8: static_cast<int8_t*>(p)[k] = int8_t(v); break;
-    case DType::u8: static_cast<uint8_t*>(p)[k] = uint8_t(v); break;
-    case DType::i32: static_cast<int32_t*>(p)[k] = int32_t(v); break;
-    case DType::i64: static_cast<int64_t*>(p)[k] = int64_t(v); break;
+    case DType::i8: static_cast<int8_t*>(p)[k] = to_int<int8_t>(v, t); break;
+    case DType::u8: static_cast<uint8_t*>(p)[k] = to_int<uint8_t>(v, t); break;
+    case DType::i32: static_cast<int32_t*>(p)[k] = to_int<int32_t>(v, t); break;
+    case DType::i64: static_cast<int64_t*>(p)[k] = to_int<int64_t>(v, t); break;
   }
 }
 }  // namespace

@@ -92,8 +92,11 @@ struct Loader::Impl {
       RK_CHECK(nm.std[c] > 0, "[loader] normalize std of channel {} is {} (must be > 0)", c, nm.std[c]);
 
     const int64_t n = ds.size(), world = o.world, rank = o.rank;
-    shard_count = n > rank ? (n - rank + world - 1) / world : 0;
-    batches = o.drop_last ? shard_count / o.batch : (shard_count + o.batch - 1) / o.batch;
+    // Divisions rounded up without adding divisor - 1, which overflows for a batch (or world)
+    // near INT64_MAX (UBSan found it behind `train --batch 99999999999999999999`).
+    auto ceil_div = [](int64_t a, int64_t b) { return a / b + (a % b != 0); };
+    shard_count = n > rank ? ceil_div(n - rank, world) : 0;
+    batches = o.drop_last ? shard_count / o.batch : ceil_div(shard_count, o.batch);
     samples = o.drop_last ? batches * o.batch : shard_count;
     augment = o.augment.crop_padding > 0 || o.augment.hflip;
     if (augment) {

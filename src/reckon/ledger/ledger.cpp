@@ -286,7 +286,19 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   return r;
 }
 
+// a + b for a count summed over a step (MACs, FLOPs, bytes), or an Error naming `what`: the
+// twin of core's checked_mul.
+int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(fmt::format("{}: {} + {} overflows a 64-bit count", what, a, b));
+  return r;
+}
+
 void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs) {
+  // Every sum is checked: a batch of 10^12 images is a fine shape on the meta device, but its
+  // step's MACs pass 2^63, and a wrapped count would be printed as a prediction.
+  const std::string what = fmt::format("[ledger] the step's costs at --batch {}", L.config.batch);
+  auto acc = [&what](int64_t& sum, int64_t v) { sum = checked_add(sum, v, what); };
   std::unordered_map<std::string, const nn::Module*> mods;
   for (auto& [name, mod] : model.named_modules()) mods[name] = mod;
   std::unordered_map<std::string, size_t> index;
@@ -299,45 +311,46 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
       row.scope = key;
       if (auto m = mods.find(key == "(model)" ? std::string() : key); m != mods.end() && key != "(loss)") {
         row.type = m->second->type_name();
-        for (const auto& [n, t] : m->second->local_parameters()) row.params += t.numel();
+        for (const auto& [n, t] : m->second->local_parameters()) acc(row.params, t.numel());
       }
       it = index.emplace(key, L.rows.size()).first;
       L.rows.push_back(std::move(row));
       bwd_ops.emplace_back();
     }
     LedgerRow& row = L.rows[it->second];
-    const int64_t flops = 2 * r.cost.macs + r.cost.flops, bytes = r.cost.bytes_read + r.cost.bytes_written;
+    const int64_t flops = checked_add(checked_mul(2, r.cost.macs, what), r.cost.flops, what),
+                  bytes = checked_add(r.cost.bytes_read, r.cost.bytes_written, what);
     row.num_ops++;
-    row.bytes_moved += bytes;
+    acc(row.bytes_moved, bytes);
     row.workspace_bytes = std::max(row.workspace_bytes, r.workspace_bytes);
     const OpClass cls = op_info(r.op).op_class;
-    if (r.recompute()) L.totals.recompute_macs += r.cost.macs;
+    if (r.recompute()) acc(L.totals.recompute_macs, r.cost.macs);
     if (r.algo == KernelAlgo::winograd) L.totals.winograd_ops++;
-    if (cls == OpClass::update) L.totals.optimizer_bytes += bytes;
+    if (cls == OpClass::update) acc(L.totals.optimizer_bytes, bytes);
     if (r.backward()) {
-      row.bwd_macs += r.cost.macs;
-      row.bwd_flops += flops;
+      acc(row.bwd_macs, r.cost.macs);
+      acc(row.bwd_flops, flops);
       auto& names = bwd_ops[it->second];
       if (std::find(names.begin(), names.end(), r.name) == names.end()) names.emplace_back(r.name);
     } else {
-      row.fwd_macs += r.cost.macs;
-      row.fwd_flops += flops;
-      row.saved_bytes += r.saved_bytes;
+      acc(row.fwd_macs, r.cost.macs);
+      acc(row.fwd_flops, flops);
+      acc(row.saved_bytes, r.saved_bytes);
       if (r.has_output && r.phase == Phase::forward) row.out_shape = r.out_shape;
       if (std::find(row.ops.begin(), row.ops.end(), r.name) == row.ops.end()) row.ops.emplace_back(r.name);
-      if (cls == OpClass::conv) L.totals.conv_macs += r.cost.macs;
-      if (cls == OpClass::linear) L.totals.linear_macs += r.cost.macs;
+      if (cls == OpClass::conv) acc(L.totals.conv_macs, r.cost.macs);
+      if (cls == OpClass::linear) acc(L.totals.linear_macs, r.cost.macs);
     }
   }
   for (size_t i = 0; i < L.rows.size(); ++i)
     if (L.rows[i].ops.empty()) L.rows[i].ops = bwd_ops[i];
   for (auto& row : L.rows) {
     row.intensity = row.bytes_moved > 0 ? double(row.fwd_flops + row.bwd_flops) / double(row.bytes_moved) : 0.0;
-    L.totals.fwd_macs += row.fwd_macs;
-    L.totals.bwd_macs += row.bwd_macs;
-    L.totals.flops += row.fwd_flops + row.bwd_flops;
-    L.totals.bytes_moved += row.bytes_moved;
-    L.totals.saved_bytes += row.saved_bytes;
+    acc(L.totals.fwd_macs, row.fwd_macs);
+    acc(L.totals.bwd_macs, row.bwd_macs);
+    acc(L.totals.flops, checked_add(row.fwd_flops, row.bwd_flops, what));
+    acc(L.totals.bytes_moved, row.bytes_moved);
+    acc(L.totals.saved_bytes, row.saved_bytes);
     L.totals.num_ops += row.num_ops;
   }
 }

@@ -171,6 +171,8 @@ std::string ledger_json(const Ledger& l);
 int64_t parse_bytes(const std::string& text, const std::string& flag);
 // "36.8 MiB"; "1.08 G"; "62,378,344".
 std::string format_mib(int64_t bytes);
+// bytes in the unit that shows them (B, KiB, MiB, ...): a budget of 1 KiB is not "0.0 MiB".
+std::string format_bytes(int64_t bytes);
 std::string format_si(double v);
 std::string format_count(int64_t v);
 

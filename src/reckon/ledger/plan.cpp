@@ -230,7 +230,7 @@ std::string format_plan(const Plan& p) {
   const PlanConfig& c = p.config;
   std::string o;
   o += fmt::format("plan for {}: effective batch {}, budget {}, device {} ({}), {}{}\n", c.model, c.batch,
-                   format_mib(c.memory_bytes), c.device, p.device_description, c.optimizer,
+                   format_bytes(c.memory_bytes), c.device, p.device_description, c.optimizer,
                    c.input.empty() ? "" : ", input " + shape_str(c.input));
   o += "the budget covers the step's tracked memory (parameters, gradients, optimizer state, activations, workspace,\n"
        "input) as the ledger predicts it, not the process's code, libraries or dataset\n";

@@ -39,6 +39,18 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
 
 std::string format_mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
 
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (std::fabs(v) >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
 std::string format_si(double v) {
   const char* units[] = {"", " k", " M", " G", " T", " P"};
   int u = 0;

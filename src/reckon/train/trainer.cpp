@@ -149,7 +149,7 @@ void plan_to_fit(Run& r) {
   pc.momentum = cfg.momentum;
   Plan p = plan(pc);
   const PlanRung* best = p.best();
-  RK_CHECK(best != nullptr, "--max-memory {}: this run cannot fit; the ladder:\n{}", format_mib(cfg.max_memory),
+  RK_CHECK(best != nullptr, "--max-memory {}: this run cannot fit; the ladder:\n{}", format_bytes(cfg.max_memory),
            format_plan(p));
   cfg.batch = best->micro_batch;
   cfg.accum = best->accum;

@@ -44,7 +44,7 @@ constexpr int64_t kParallelMin = 1 << 14;
 // expf is denormal), inf above 88.37, NaN stays NaN.
 inline float fast_exp(float x) {
   const float hi = 88.3762626647949f, lo = -87.3365478515625f;
-  float xc = std::min(std::max(x, lo), hi);
+  float xc = std::min(std::max(lo, x), hi);  // a NaN becomes lo here (int32_t(NaN) is undefined); returned below
   float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
   float r = xc - n * 0.693359375f + n * 2.12194440e-4f;              // ln2 in two parts
   float p = 1.9875691500e-4f;
