@@ -120,7 +120,8 @@ void write_png(const std::string& p, int w, int h, int channels, const std::vect
 }
 
 // libjpeg at quality 100; channels 1 or 3, (H, W, C).
-void write_jpeg(const std::string& p, int w, int h, int channels, const std::vector<uint8_t>& px) {
+void write_jpeg(const std::string& p, int w, int h, int channels, const std::vector<uint8_t>& px,
+                bool progressive = false) {
   fs::create_directories(fs::path(p).parent_path());
   jpeg_compress_struct c;
   jpeg_error_mgr err;
@@ -135,6 +136,7 @@ void write_jpeg(const std::string& p, int w, int h, int channels, const std::vec
   c.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 100, TRUE);
+  if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = const_cast<JSAMPROW>(px.data() + size_t(c.next_scanline) * size_t(w * channels));
@@ -593,6 +595,33 @@ TEST_F(DataFiles, ImageFolderTrainTest) {
   fs::remove_all(d + "/test");
   EXPECT_FILE_ERROR(open_dataset("folder:" + d, false), d + "/test", "no such directory");
   EXPECT_FILE_ERROR(open_dataset("folder:" + path("none"), true), path("none"), "no such directory");
+}
+
+// Found by fuzz_image: a few hundred bytes of progressive JPEG whose frame header claims
+// 65,000 x 65,000 pixels. libjpeg allocates the whole image's coefficients (25 GB) in
+// jpeg_start_decompress, so the size must be refused before it, as it is for a PNG.
+TEST_F(DataFiles, ImageClaimingAHugeSizeIsRefusedBeforeDecoding) {
+  const int h = 8, w = 8;
+  const std::string src = sub("huge") + "/small.jpg";
+  write_jpeg(src, w, h, 3, std::vector<uint8_t>(size_t(h * w * 3), 90), /*progressive=*/true);
+  std::string jpg = read_raw(src);
+  const size_t sof = jpg.find("\xff\xc2");
+  ASSERT_NE(sof, std::string::npos) << "no progressive frame header";
+  for (size_t at : {sof + 5, sof + 7}) {  // height, then width: big-endian u16 after length and precision
+    jpg[at] = char(0xfd);
+    jpg[at + 1] = char(0xe8);
+  }
+  const std::string p = sub("huge") + "/huge.jpg";
+  write_raw(p, jpg);
+  EXPECT_FILE_ERROR(read_image(p), p, "unsupported size 65000x65000");
+  // The same claim in a PNG's header.
+  write_png(sub("huge") + "/small.png", w, h, 3, std::vector<uint8_t>(size_t(h * w * 3), 90));
+  std::string png = read_raw(sub("huge") + "/small.png");
+  png.replace(16, 8, be32(65000) + be32(65000));  // IHDR's width and height, then its CRC made right
+  const uint32_t crc = uint32_t(crc32(0, reinterpret_cast<const Bytef*>(png.data() + 12), 17));
+  png.replace(29, 4, be32(crc));
+  write_raw(p, png);
+  EXPECT_FILE_ERROR(read_image(p), p, "unsupported size 65000x65000");
 }
 
 TEST_F(DataFiles, ImageFolderFlatGray) {

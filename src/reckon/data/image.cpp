@@ -21,7 +21,10 @@ namespace {
 namespace fs = std::filesystem;
 using detail::file_error;
 
-constexpr uint64_t kMaxImageBytes = uint64_t(1) << 30;
+// The most a decoded image may take: 256 MiB (9,459 x 9,459 RGB), about PIL's decompression-bomb
+// limit. A header may claim 65,535 x 65,535 in a few hundred bytes; it is refused before the
+// decoder allocates anything for it (a progressive JPEG's coefficient buffers would be 25 GB).
+constexpr uint64_t kMaxImageBytes = uint64_t(1) << 28;
 
 Image decode_png(const std::string& path, const std::vector<uint8_t>& bytes) {
   png_image png;
@@ -38,7 +41,8 @@ Image decode_png(const std::string& path, const std::vector<uint8_t>& bytes) {
   const uint64_t size = uint64_t(img.height) * uint64_t(img.width) * uint64_t(img.channels);
   if (size == 0 || size > kMaxImageBytes) {
     png_image_free(&png);
-    throw file_error("png", path, fmt::format("unsupported size {}x{}", img.width, img.height));
+    throw file_error("png", path,
+                     fmt::format("unsupported size {}x{} (more than 256 MiB decoded, or empty)", img.width, img.height));
   }
   img.pixels.resize(size_t(size));
   if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr))
@@ -86,13 +90,16 @@ bool decode_jpeg_c(const uint8_t* data, size_t size, std::vector<uint8_t>* out, 
     return false;
   }
   cinfo.out_color_space = cinfo.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_start_decompress(&cinfo);
+  // The size is checked before jpeg_start_decompress, which allocates for the whole image.
+  jpeg_calc_output_dimensions(&cinfo);
   const uint64_t bytes = uint64_t(cinfo.output_height) * cinfo.output_width * uint64_t(cinfo.output_components);
   if (bytes == 0 || bytes > kMaxImageBytes) {
-    std::snprintf(err, err_size, "unsupported size %ux%u", cinfo.output_width, cinfo.output_height);
+    std::snprintf(err, err_size, "unsupported size %ux%u (more than 256 MiB decoded, or empty)", cinfo.output_width,
+                  cinfo.output_height);
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
+  jpeg_start_decompress(&cinfo);
   *h = cinfo.output_height;
   *w = cinfo.output_width;
   *c = cinfo.output_components;
