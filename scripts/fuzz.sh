@@ -5,12 +5,15 @@
 # $BUILD/findings/NAME/crash-* and the script exits 1 after running the rest.
 # Prints one line per target: executions, executions per second, coverage (edges) and features.
 set -uo pipefail
-build=${1:?usage: fuzz.sh BUILD SECONDS}
+build=${1:?usage: fuzz.sh BUILD SECONDS [TARGET...]}
 seconds=${2:-60}
+shift 2 || shift $#
+# Targets named on the command line (fuzz_idx ...), or every fuzz_* of the build.
+if [ $# -gt 0 ]; then targets=("${@/#/$build/}"); else targets=("$build"/fuzz_*); fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 printf '%-20s %12s %10s %8s %8s  %s\n' target executions exec/s cov ft result
-for bin in "$build"/fuzz_*; do
+for bin in "${targets[@]}"; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin")
   corpus="$build/corpus/$name"
