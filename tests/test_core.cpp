@@ -71,6 +71,16 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_NE(c.storage_ptr(), x.storage_ptr());
   EXPECT_EQ(flatten(Tensor::zeros({2, 3, 4})).shape(), (Shape{2, 12}));
   EXPECT_THROW(reshape(x, {4, 2}), Error);
+  // A target shape whose product wraps int64 (fuzz_onnx: an ONNX Reshape's shape is file data).
+  for (const Shape& huge : {Shape{6148914691236516864, 64, -1}, Shape{6148914691236516864, 64, 3}}) {
+    try {
+      reshape(x, huge);
+      ADD_FAILURE() << "reshape to " << shape_str(huge) << " did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[reshape]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Allocator, TagsLiveAndPeak) {

@@ -44,7 +44,8 @@ std::vector<TensorSpec> Reshape::infer(std::span<const Tensor> in, const Attrs& 
       infer_at = int64_t(i);
     } else {
       RK_CHECK(s[i] >= 0, "[reshape] negative size in {}", shape_str(a.shape));
-      known *= s[i];
+      // checked: an ONNX Reshape's shape is data from the file (fuzz_onnx found the wrap)
+      known = checked_mul(known, s[i], fmt::format("[reshape] the shape {}", shape_str(a.shape)));
     }
   }
   if (infer_at >= 0) {
