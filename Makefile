@@ -10,7 +10,7 @@ DEB_PACKAGES := cmake ninja-build g++ libdnnl-dev ocl-icd-opencl-dev libfmt-dev 
 SAN_PACKAGES := clang-14 libclang-rt-14-dev libomp-14-dev
 # The tests' oracles, from PyPI, for the python3 on PATH: ONNX Runtime runs what reckon exports,
 # torch's exporter writes the torchvision models reckon imports.
-PY_PACKAGES := onnx onnxruntime numpy torch torchvision
+PY_PACKAGES := onnx onnxruntime numpy torch torchvision safetensors
 PYTHON ?= python3
 
 .PHONY: deps pydeps sandeps build run test bench clean sanitize-configure sanitize-build sanitize fuzz-ci fuzz
@@ -27,7 +27,7 @@ sandeps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(SAN_PACKAGES)"
 
 pydeps:
-	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision" 2>/dev/null || \
+	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision, safetensors" 2>/dev/null || \
 	  { echo "installing (pip): $(PY_PACKAGES)"; $(PYTHON) -m pip install -q $(PY_PACKAGES); }
 
 build: deps

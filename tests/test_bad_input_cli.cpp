@@ -168,7 +168,7 @@ std::vector<Case> cases() {
   std::vector<Case> c = {
       // ---- usage errors (CLI11): status 2 ----
       {"UnknownSubcommand", {}, {"trian", "lenet5"}, 2, {"trian"}},
-      {"NoSubcommand", {}, {}, 2, {"subcommand"}},
+      {"NoSubcommand", {}, {}, 2, {"a command is needed", "train", "predict"}},
       {"UnknownOption", {}, {"train", "tinycnn", "--epoch", "1"}, 2, {"--epoch"}},
       {"BatchNotANumber", {}, {"train", "tinycnn", "--batch", "abc"}, 2, {"--batch", "abc"}},
       {"EpochsFractional", {}, {"train", "tinycnn", "--epochs", "1.5"}, 2, {"--epochs", "1.5"}},
@@ -207,7 +207,7 @@ std::vector<Case> cases() {
       {"ScheduleUnknown", {}, train_args({"--schedule", "exp"}), 1, {"exp"}},
       {"PrecisionUnknown", {}, train_args({"--precision", "fp8"}), 1, {"fp8"}},
       {"LrNegative", {}, train_args({"--lr", "-0.1"}), 1, {"--lr"}},
-      {"LrNan", {}, train_args({"--lr", "nan"}), 1, {"--lr"}},
+      {"LrNan", {}, train_args({"--lr", "nan"}), 2, {"--lr", "nan is not a finite number"}},
       {"MomentumOverOne", {}, train_args({"--momentum", "1.5"}), 1, {"--momentum"}},
       {"LabelSmoothingOverOne", {}, train_args({"--label-smoothing", "2"}), 1, {"--label-smoothing"}},
       {"WarmupNegative", {}, train_args({"--warmup", "-5"}), 1, {"--warmup"}},

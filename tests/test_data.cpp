@@ -104,20 +104,7 @@ std::vector<float> sample(const Dataset& ds, int64_t i, int64_t* y = nullptr) {
   return x;
 }
 
-// libpng's simplified writer; channels 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA), (H, W, C).
-void write_png(const std::string& p, int w, int h, int channels, const std::vector<uint8_t>& px) {
-  fs::create_directories(fs::path(p).parent_path());
-  png_image img;
-  std::memset(&img, 0, sizeof img);
-  img.version = PNG_IMAGE_VERSION;
-  img.width = png_uint_32(w);
-  img.height = png_uint_32(h);
-  img.format = channels == 1   ? PNG_FORMAT_GRAY
-               : channels == 2 ? PNG_FORMAT_GA
-               : channels == 3 ? PNG_FORMAT_RGB
-                               : PNG_FORMAT_RGBA;
-  ASSERT_TRUE(png_image_write_to_file(&img, p.c_str(), 0, px.data(), 0, nullptr)) << img.message;
-}
+using reckon::test_util::write_png;
 
 // libjpeg at quality 100; channels 1 or 3, (H, W, C).
 void write_jpeg(const std::string& p, int w, int h, int channels, const std::vector<uint8_t>& px,

@@ -560,7 +560,7 @@ TEST(QuantCli, TrainedLenet5KeepsItsAccuracyInInt8) {
                           "--checkpoint", ck, "--out", (d / "qat").string()},
                          d);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("QAT: 5 conv/linear layers fake-quantized"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("QAT: 5 conv/linear layers fake-quantized"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(d / "qat" / "model.int8.onnx"));
   {
     const auto at = r.out.find("QAT int8: ");

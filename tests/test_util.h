@@ -1,6 +1,7 @@
 // Helpers shared by the test files.
 #pragma once
 #include <gtest/gtest.h>
+#include <png.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +95,21 @@ inline CliResult run_cli(const std::vector<std::string>& args, const std::filesy
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+// libpng's simplified writer; channels 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA), (H, W, C).
+inline void write_png(const std::string& p, int w, int h, int channels, const std::vector<uint8_t>& px) {
+  std::filesystem::create_directories(std::filesystem::path(p).parent_path());
+  png_image img;
+  std::memset(&img, 0, sizeof img);
+  img.version = PNG_IMAGE_VERSION;
+  img.width = png_uint_32(w);
+  img.height = png_uint_32(h);
+  img.format = channels == 1   ? PNG_FORMAT_GRAY
+               : channels == 2 ? PNG_FORMAT_GA
+               : channels == 3 ? PNG_FORMAT_RGB
+                               : PNG_FORMAT_RGBA;
+  ASSERT_TRUE(png_image_write_to_file(&img, p.c_str(), 0, px.data(), 0, nullptr)) << img.message;
 }
 
 // ---- IDX files (MNIST's format) ----

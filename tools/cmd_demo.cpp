@@ -2,6 +2,7 @@
 // steps on random data).
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "reckon/nn/models/registry.h"
@@ -29,15 +30,24 @@ int64_t forward_macs_per_image(const std::string& name, const nn::ModelConfig& c
   return macs;
 }
 
-int cmd_models() {
-  std::printf("%-16s %14s %16s  %s\n", "model", "parameters", "fwd MACs/image", "input");
+// The table, or with json a list of {name, parameters, forward_macs_per_image, input: [C, H, W]}.
+int cmd_models(bool json) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  if (!json) std::printf("%-16s %14s %16s  %s\n", "model", "parameters", "fwd MACs/image", "input");
   for (const auto& name : nn::model_names()) {
     nn::ModelConfig cfg;
     cfg.device = Device::meta;
     auto m = nn::make_model(name, cfg);
-    std::printf("%-16s %14lld %16lld  %s\n", name.c_str(), (long long)m->num_parameters(),
-                (long long)forward_macs_per_image(name, {}), shape_str(nn::model_input_shape(name, {})).c_str());
+    const int64_t macs = forward_macs_per_image(name, {});
+    const Shape in = nn::model_input_shape(name, {});
+    if (json)
+      list.push_back({{"name", name}, {"parameters", m->num_parameters()}, {"forward_macs_per_image", macs},
+                      {"input", in}});
+    else
+      std::printf("%-16s %14lld %16lld  %s\n", name.c_str(), (long long)m->num_parameters(), (long long)macs,
+                  shape_str(in).c_str());
   }
+  if (json) std::printf("%s\n", list.dump(2).c_str());
   return 0;
 }
 
@@ -91,8 +101,10 @@ int cmd_demo(const std::string& name, int steps, int64_t batch, double lr, uint6
 
 namespace {
 tools::RegisterCommand reg_models([](CLI::App& app, CLI::App*& sub) -> tools::Runner {
+  static bool json = false;
   sub = app.add_subcommand("models", "list the model zoo with parameters and MACs per image");
-  return [] { return cmd_models(); };
+  sub->add_flag("--json", json, "print JSON");
+  return [] { return cmd_models(json); };
 });
 
 struct DemoArgs {

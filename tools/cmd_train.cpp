@@ -2,6 +2,7 @@
 // and `reckon eval` (loss, top-1 and the confusion matrix of a checkpoint on a test split).
 // The work is in reckon/train/trainer.h; this file is the options and the printout.
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,19 @@
 using namespace reckon;
 
 namespace {
+
+// A real option given as nan or inf is refused (CLI11 reads them as numbers); an unset lr is
+// the optimizer's default, never a NaN given on purpose.
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str()) return {};  // not a number: CLI11 says so
+        return std::isfinite(v) ? std::string() : s + " is not a finite number";
+      },
+      "");
+}
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) {
@@ -43,12 +57,22 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
         CLI::Option* o = sub->add_option(f.flag(), value, f.help)->capture_default_str();
         // CLI11 reads "-1" into an unsigned field as 2^64-1: refuse a sign there.
         if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) o->check(CLI::NonNegativeNumber);
+        if constexpr (std::is_floating_point_v<T>) o->check(finite_number());
         break;
       }
-      case train::Cli::option_no_default: sub->add_option(f.flag(), value, f.help); break;
+      case train::Cli::option_no_default: {
+        CLI::Option* o = sub->add_option(f.flag(), value, f.help);
+        if constexpr (std::is_floating_point_v<T>) o->check(finite_number());
+        break;
+      }
       case train::Cli::bytes: sub->add_option(f.flag(), bytes_text[f.flag()], f.help); break;
     }
   });
+  // PyTorch users look for --init; it is --checkpoint (weights to start a new run from).
+  sub->add_option("--init", c.checkpoint,
+                  "the same as --checkpoint: start from these weights (a reckon checkpoint, or a safetensors state "
+                  "dict: reckon's or PyTorch's, a 'module.' prefix stripped)")
+      ->excludes(sub->get_option("--checkpoint"));
   sub->get_option("--out")->each([](const std::string&) { out_given = true; });
   sub->add_flag("--progress", progress, "always draw the progress bar");
   sub->add_flag("--no-progress", no_progress, "never draw the progress bar (plain log lines)");
@@ -57,10 +81,12 @@ tools::RegisterCommand reg_train([](CLI::App& app, CLI::App*& sub) -> tools::Run
   return [self] {
     if (!out_given) c.out = "runs/" + c.model;
     if (c.resume) {
+      // --epochs N with --resume is the run's new length (the schedule re-planned), not ignored.
+      c.resume_epochs = self->count("--epochs") > 0 ? c.epochs : 0;
       std::string ignored;  // listed by what the checkpoint does with them, then in the fields' order
       for (train::Keep k : {train::Keep::numbers, train::Keep::numbers_or_default, train::Keep::planned})
         train::for_each_field(c, [&](const train::FieldInfo& f, const auto&, const auto&) {
-          if (f.keep == k && f.cli != train::Cli::none && self->count(f.flag()) > 0)
+          if (f.keep == k && f.cli != train::Cli::none && self->count(f.flag()) > 0 && f.flag() != "--epochs")
             ignored += (ignored.empty() ? "" : ", ") + f.flag();
         });
       if (!ignored.empty())
@@ -118,8 +144,10 @@ tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runn
       std::copy(r.outputs.begin(), r.outputs.end(), out.data<float>());
       io::write_npy(a.dump, out);
     }
+    if (!r.weights_note.empty()) std::fprintf(stderr, "weights from %s: %s\n", a.checkpoint.c_str(), r.weights_note.c_str());
     if (a.json) {
       nlohmann::json j{{"model", a.model},       {"checkpoint", a.checkpoint}, {"data", a.data},
+                       {"normalization", r.normalization},
                        {"samples", r.samples},   {"loss", r.loss},             {"accuracy", r.accuracy},
                        {"classes", r.class_names}, {"seconds", r.seconds}, {"runner", r.runner}};
       std::vector<std::vector<int64_t>> m(size_t(r.num_classes));
@@ -132,6 +160,7 @@ tools::RegisterCommand reg_eval([](CLI::App& app, CLI::App*& sub) -> tools::Runn
     std::printf("%s on %s (test split, %lld samples): loss %.4f, top-1 accuracy %.2f%% (%.2f s, %s)\n", a.model.c_str(),
                 a.data.c_str(), (long long)r.samples, r.loss, 100 * r.accuracy, r.seconds,
                 r.runner == "engine" ? "the inference engine" : "eager");
+    std::printf("normalize: %s\n", r.normalization.c_str());
     std::printf("%s", train::format_confusion(r).c_str());
     return 0;
   };

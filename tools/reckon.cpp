@@ -1,11 +1,14 @@
 // The `reckon` command line: one binary, subcommands that read like the pipeline. Each
 // subcommand lives in its own tools/cmd_*.cpp and registers itself (command.h).
+#include <dnnl.h>
+
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <new>
 
 #include "command.h"
+#include "reckon/core/cuda.h"
 #include "reckon/core/error.h"
 
 namespace reckon::tools {
@@ -47,11 +50,19 @@ void refuse_integers_past_64_bits(CLI::App& app) {
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_integers_past_64_bits(*sub);
 }
+
+// `reckon --version`: the version, how it was built, the oneDNN it runs on, and whether cuda can run.
+std::string version_text() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("reckon {} ({} build; oneDNN {}.{}.{}; cuda {})", RECKON_VERSION, RECKON_BUILD_TYPE, v->major,
+                     v->minor, v->patch, reckon::cuda_available() ? "yes: " + reckon::cuda_status() : "no");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"reckon: train convolutional networks and know what they cost"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text(), "print the version, build type, oneDNN version and cuda, then exit");
   std::vector<std::pair<CLI::App*, reckon::tools::Runner>> subs;
   for (auto& setup : reckon::tools::commands()) {
     CLI::App* sub = nullptr;
@@ -69,7 +80,12 @@ int main(int argc, char** argv) {
     names += (names.empty() ? "" : ", ") + sub->get_name();
     known = known || (argc > 1 && sub->get_name() == argv[1]);
   }
-  if (argc > 1 && argv[1][0] != '-' && !known) {
+  if (argc == 1) {  // CLI11 would say "A subcommand is required"; the commands are what helps
+    std::fprintf(stderr, "reckon: a command is needed (the commands: %s; reckon --help describes them)\n",
+                 names.c_str());
+    return 2;
+  }
+  if (argv[1][0] != '-' && !known) {
     std::fprintf(stderr, "reckon: unknown command '%s' (the commands: %s)\n", argv[1], names.c_str());
     return 2;
   }

@@ -3,9 +3,11 @@
 #include "reckon/io/checkpoint.h"
 #include "reckon/core/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "reckon/core/file.h"
 #include "reckon/io/safetensors.h"
 
 namespace reckon::io {
@@ -158,15 +160,43 @@ Checkpoint read_checkpoint(const std::string& path) {
   return ck;
 }
 
-void load_model_state(const Checkpoint& ck, nn::Module& model, const std::string& model_name) {
+namespace {
+// "'a', 'b', 'c' and 4 more": the first few of a list of keys.
+std::string some_keys(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 3;
+  std::string s;
+  for (size_t i = 0; i < keys.size() && i < kShown; ++i) s += fmt::format("{}'{}'", i ? ", " : "", one_line(keys[i]));
+  if (keys.size() > kShown) s += fmt::format(" and {} more", keys.size() - kShown);
+  return s;
+}
+}  // namespace
+
+std::string load_model_state(const Checkpoint& ck, nn::Module& model, const std::string& model_name) {
   const std::string& path = ck.path;
   if (ck.has_training_state)
     RK_CHECK(ck.info.model == model_name, "{}: the checkpoint is of model '{}', not '{}'", path, ck.info.model,
              model_name);
   nn::StateDict own = model.state_dict();
+  // torch.nn.DataParallel and DistributedDataParallel save every key under "module.": a state dict
+  // all of whose keys have it, and whose keys without it are the model's, is read without it.
+  const nn::StateDict* dict = &ck.model_state;
+  nn::StateDict stripped;
+  std::string note;
+  constexpr std::string_view kWrapped = "module.";
+  const bool all_wrapped = !ck.model_state.empty() && std::ranges::all_of(ck.model_state, [&](const auto& kv) {
+    return kv.first.starts_with(kWrapped);
+  });
+  if (!ck.has_training_state && all_wrapped) {
+    for (const auto& [k, t] : ck.model_state) stripped.insert(k.substr(kWrapped.size()), t);
+    const bool matches = std::ranges::any_of(stripped, [&](const auto& kv) { return own.contains(kv.first); });
+    if (matches) {
+      dict = &stripped;
+      note = fmt::format("the prefix 'module.' (torch.nn.DataParallel's) stripped from its {} keys", stripped.size());
+    }
+  }
   std::vector<std::string> missing, unexpected;
   for (const auto& [k, dst] : own) {
-    const Tensor* src = ck.model_state.find(k);
+    const Tensor* src = dict->find(k);
     if (!src) {
       missing.push_back(k);
       continue;
@@ -177,19 +207,27 @@ void load_model_state(const Checkpoint& ck, nn::Module& model, const std::string
     RK_CHECK(src_float == dst_float, "{}: tensor '{}' is {} but {} keeps it as {}", path, k,
              dtype_name(src->dtype()), model_name, dtype_name(dst.dtype()));
   }
-  for (const auto& [k, t] : ck.model_state)
+  for (const auto& [k, t] : *dict)
     if (!own.contains(k)) unexpected.push_back(k);
-  RK_CHECK(missing.empty(), "{}: missing tensor '{}' of {}{}", path, missing[0], model_name, and_more(missing.size()));
-  RK_CHECK(unexpected.empty(), "{}: unexpected tensor '{}': {} has no such parameter or buffer{}", path,
-           unexpected[0], model_name, and_more(unexpected.size()));
+  // Both lists in one line: the unexpected keys usually explain the missing ones (a prefix, a rename).
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string what;
+    if (!missing.empty())
+      what = fmt::format("missing tensor{} {} of {}", missing.size() > 1 ? "s" : "", some_keys(missing), model_name);
+    if (!unexpected.empty())
+      what += fmt::format("{}unexpected tensor{} {} ({} has no such parameter or buffer)", what.empty() ? "" : "; ",
+                          unexpected.size() > 1 ? "s" : "", some_keys(unexpected), model_name);
+    throw Error(fmt::format("{}: {}{}", path, what, note.empty() ? "" : " (after " + note + ")"));
+  }
   try {
-    model.load_state_dict(ck.model_state, true);
+    model.load_state_dict(*dict, true);
   } catch (const Error& e) {
     std::string msg = e.what();
     for (char& c : msg)
       if (c == '\n') c = ' ';
     throw Error(fmt::format("{}: {}", path, msg));
   }
+  return note;
 }
 
 void load_optimizer_state(const Checkpoint& ck, optim::Optimizer& opt, const std::string& optimizer_name) {

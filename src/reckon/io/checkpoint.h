@@ -81,8 +81,10 @@ Checkpoint read_checkpoint(const std::string& path);
 // On any problem it throws one line, e.g.
 //   "run/last.safetensors: tensor 'classifier.5.weight' has shape [100, 84] but lenet5 has [10, 84]"
 //   "run/last.safetensors: missing tensor 'features.3.bias' of lenet5 (and 2 more)"
-// and the model is unchanged.
-void load_model_state(const Checkpoint& ck, nn::Module& model, const std::string& model_name);
+// and the model is unchanged. Missing and unexpected keys are both listed (the first few of each).
+// A plain state dict whose every key starts with "module." (torch.nn.DataParallel's) is read
+// without the prefix when that is what matches; the return value then says so ("" otherwise).
+std::string load_model_state(const Checkpoint& ck, nn::Module& model, const std::string& model_name);
 
 // Restores the optimizer state. requires: ck.has_training_state. Throws one line naming the
 // file when the checkpoint's optimizer differs from optimizer_name or a key does not fit.

@@ -167,8 +167,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   unsigned char len_bytes[kHeaderLenBytes];
   if (!pread_all(f.fd(), len_bytes, kHeaderLenBytes, 0)) throw fail("cannot read the header length at byte 0");
+  // What torch.save writes is a pickle: a zip archive since PyTorch 1.6, a bare pickle stream
+  // before. Their first 8 bytes read as a header length past any real one; such a file is named
+  // for what it is (never unpickled: a pickle can run code), with the conversion.
+  const bool zip = std::memcmp(len_bytes, "PK\x03\x04", 4) == 0;
+  const bool pickle = len_bytes[0] == 0x80 && len_bytes[1] >= 2 && len_bytes[1] <= 5;
+  auto not_safetensors = [&] {
+    return fail(fmt::format(
+        "this is {}, not safetensors: PyTorch's torch.save writes one, and reckon never unpickles (a pickle can run "
+        "code). Convert it in Python: from safetensors.torch import save_file; save_file(torch.load(PATH, "
+        "weights_only=True), 'model.safetensors')",
+        zip ? "a zip archive (PyTorch's .pt/.pth format since 1.6)" : "a Python pickle (PyTorch's legacy .pt format)"));
+  };
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if ((zip || pickle) && (header_len > kMaxHeaderBytes || header_len > file_size - kHeaderLenBytes))
+    throw not_safetensors();
   if (header_len > kMaxHeaderBytes)
     throw fail(fmt::format("header length {} (at byte 0) is over the format's limit of {} bytes", header_len,
                            kMaxHeaderBytes));

@@ -11,6 +11,7 @@
 #include "reckon/core/error.h"
 #include "reckon/ops/autocast.h"
 #include "reckon/ops/conv.h"
+#include "reckon/optim/optim.h"
 #include "reckon/optim/step.h"
 
 namespace reckon::train {
@@ -72,6 +73,25 @@ void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, co
   read(kNormalizeStdKey, norm.std, true);
 }
 
+std::string apply_optimizer_defaults(TrainConfig& c) {
+  double lr = 0, wd = 0;
+  if (c.optimizer == "sgd") {
+    lr = kSgdRecipeLr, wd = kSgdRecipeWeightDecay;
+  } else if (c.optimizer == "adam") {
+    lr = optim::AdamOptions{}.lr, wd = optim::AdamOptions{}.weight_decay;
+  } else if (c.optimizer == "adamw") {
+    lr = optim::AdamWOptions{}.lr, wd = optim::AdamWOptions{}.weight_decay;
+  } else {
+    return "";
+  }
+  std::vector<std::string> chose;
+  if (std::isnan(c.lr)) c.lr = lr, chose.push_back(fmt::format("lr {}", lr));
+  if (std::isnan(c.weight_decay)) c.weight_decay = wd, chose.push_back(fmt::format("weight decay {}", wd));
+  if (chose.empty()) return "";
+  return fmt::format("{} {} {}'s default{}", chose.size() == 2 ? chose[0] + " and " + chose[1] : chose[0],
+                     chose.size() == 2 ? "are" : "is", c.optimizer, chose.size() == 2 ? "s" : "");
+}
+
 void validate(const TrainConfig& c) {
   RK_CHECK(c.epochs >= 1, "--epochs must be at least 1 (got {})", c.epochs);
   RK_CHECK(!c.qat || !c.checkpoint.empty() || c.resume,
@@ -80,13 +100,14 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.qat_start_epoch >= 0 && c.qat_start_epoch < c.epochs,
            "--qat-start-epoch must be in [0, --epochs) (got {} of {})", c.qat_start_epoch, c.epochs);
   RK_CHECK(c.batch >= 1, "--batch must be at least 1 (got {})", c.batch);
-  RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
   RK_CHECK(std::ranges::count(optim::kOptimizerNames, c.optimizer), "--optimizer '{}' is not one of {}", c.optimizer,
            optim::join_names(optim::kOptimizerNames));
+  RK_CHECK(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got {})", c.lr);
   RK_CHECK(std::ranges::count(optim::kScheduleNames, c.schedule), "--schedule '{}' is not one of {}", c.schedule,
            optim::join_names(optim::kScheduleNames));
   RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
-  RK_CHECK(c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})", c.weight_decay);
+  RK_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})",
+           c.weight_decay);
   RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
   RK_CHECK(c.step_epochs >= 0, "--step-epochs must be >= 0 (got {})", c.step_epochs);
   RK_CHECK(c.gamma > 0, "--gamma must be positive (got {})", c.gamma);

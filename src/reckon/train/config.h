@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -40,6 +41,13 @@ struct FieldInfo {
   bool saved() const { return keep == Keep::match || keep == Keep::numbers || keep == Keep::numbers_or_default; }
 };
 
+// lr or weight_decay left to the optimizer (apply_optimizer_defaults).
+inline constexpr double kOptimizerDefault = std::numeric_limits<double>::quiet_NaN();
+// The SGD recipe's (the README's lenet5 run): lr 0.05, weight decay 5e-4. Adam and AdamW take
+// PyTorch's (optim.h: lr 1e-3; weight decay 0, and 0.01 for AdamW).
+inline constexpr double kSgdRecipeLr = 0.05;
+inline constexpr double kSgdRecipeWeightDecay = 5e-4;
+
 struct TrainConfig {
 #define RK_TRAIN_FIELD(type, name, def, keep, cli, help) type name = def;
 #include "reckon/train/config_fields.h"
@@ -68,6 +76,10 @@ nlohmann::json config_json(const TrainConfig& c, const data::Normalize& norm);
 // On --resume: the numbers fields and the normalisation from j (a config_json), into c and
 // norm. Throws naming path when j lacks one (numbers_or_default ones: the default then).
 void apply_saved_config(TrainConfig& c, const nlohmann::json& j, data::Normalize& norm, const std::string& path);
+// Sets lr and weight_decay where they are kOptimizerDefault to c.optimizer's defaults (above).
+// Returns what it chose, e.g. "lr 0.001 and weight decay 0.01 are adamw's defaults", or "" when
+// both were given (or the optimizer is unknown: validate names it).
+std::string apply_optimizer_defaults(TrainConfig& c);
 // Throws one line naming the flag for a value out of range (not the data, model or specs:
 // those are checked as they are opened).
 void validate(const TrainConfig& c);

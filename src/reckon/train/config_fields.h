@@ -15,11 +15,16 @@ RK_TRAIN_FIELD(std::string, data, "fashion-mnist", numbers, option,
                "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | cifar100:DIR | folder:DIR | synthetic:CxHxW[:N[:K]]")
 RK_TRAIN_FIELD(int64_t, epochs, 5, numbers, option, "epochs")
 RK_TRAIN_FIELD(int64_t, batch, 64, numbers, option, "batch size")
-RK_TRAIN_FIELD(double, lr, 0.05, numbers, option, "base learning rate")
+// lr and weight_decay: kOptimizerDefault (unset) takes the optimizer's own (apply_optimizer_defaults,
+// config.h), so `--optimizer adam` is PyTorch's Adam and not the SGD recipe's lr. The checkpoint
+// keeps the values the run used.
+RK_TRAIN_FIELD(double, lr, kOptimizerDefault, numbers, option_no_default,
+               "base learning rate (default: the optimizer's: sgd 0.05, adam and adamw 0.001)")
 RK_TRAIN_FIELD(std::string, optimizer, "sgd", numbers, option, "sgd | adam | adamw")
 RK_TRAIN_FIELD(double, momentum, 0.9, numbers, option, "SGD momentum")
 RK_TRAIN_FIELD(bool, nesterov, false, numbers, flag, "SGD with Nesterov momentum")
-RK_TRAIN_FIELD(double, weight_decay, 5e-4, numbers, option, "weight decay (decoupled for adamw)")
+RK_TRAIN_FIELD(double, weight_decay, kOptimizerDefault, numbers, option_no_default,
+               "weight decay, decoupled for adamw (default: the optimizer's: sgd 0.0005, adam 0, adamw 0.01)")
 // Per optimizer step, over the whole run.
 RK_TRAIN_FIELD(std::string, schedule, "cosine", numbers, option, "none | step | cosine (per step over the run)")
 RK_TRAIN_FIELD(int64_t, warmup, 0, numbers, option, "linear warm-up steps")
@@ -66,15 +71,18 @@ RK_TRAIN_FIELD(std::string, normalize, "auto", numbers, option,
 RK_TRAIN_FIELD(std::string, augment, "none", numbers, option, "none | comma list of crop[:PAD], flip")
 RK_TRAIN_FIELD(int64_t, checkpoint_every, 0, run, option, "also checkpoint every N steps (0: at epoch ends only)")
 RK_TRAIN_FIELD(int64_t, log_every, 10, run, option, "steps per metrics row / TensorBoard point")
-RK_TRAIN_FIELD(int64_t, print_every, 200, run, option, "steps per log line when stdout is not a terminal")
+RK_TRAIN_FIELD(int64_t, print_every, 200, run, option, "steps per log line when stderr is not a terminal")
 RK_TRAIN_FIELD(int64_t, eval_batch, 500, run, option, "batch size of the evaluation")
 RK_TRAIN_FIELD(bool, drop_last, false, numbers, flag, "drop the last partial batch of each epoch")
 RK_TRAIN_FIELD(int, prefetch, 2, run, none, "batches the loader prepares ahead")
 // Stop after this many steps in all (a checkpoint is written first), as if interrupted; 0: run to
 // the end. For tests and for splitting a run.
 RK_TRAIN_FIELD(int64_t, stop_after, 0, run, option, "stop after N steps in all, with a checkpoint (resume later)")
+// --resume with --epochs N: the run's new length (0: the checkpoint's). The schedule is
+// re-planned over N epochs from where the run stands; a finished run goes on to N.
+RK_TRAIN_FIELD(int64_t, resume_epochs, 0, run, none, "--resume --epochs N: extend (or shorten) the run to N epochs")
 // Set by cmd_train from --progress / --no-progress and --quiet.
-RK_TRAIN_FIELD(int, progress, -1, run, none, "progress bar: -1 when stdout is a terminal, 0 off, 1 on")
+RK_TRAIN_FIELD(int, progress, -1, run, none, "progress bar: -1 when stderr is a terminal, 0 off, 1 on")
 RK_TRAIN_FIELD(int, verbose, 1, run, none, "0: print nothing")
 // Weights to start from (not a resume: a new run, its own optimizer and schedule). The next two
 // fields came with quantization-aware training (train/qat.h): checkpoints from before lack them.

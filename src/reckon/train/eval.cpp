@@ -129,25 +129,39 @@ EvalSetup prepare_evaluation(const std::string& model_name, const std::string& c
   const int64_t K = s.test->num_classes();
   forward_macs(model_name, chw[0], K, chw);  // fits?
   s.model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
-  if (!checkpoint.empty()) io::load_model_state(ck, *s.model, model_name);
-  if (normalize == "auto" && ck.has_training_state) {
+  if (!checkpoint.empty()) s.weights_note = io::load_model_state(ck, *s.model, model_name);
+  const bool has_figures =
+      normalize == "auto" && ck.has_training_state && [&] {
+        json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", checkpoint));
+        return c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey);
+      }();
+  if (has_figures) {
     json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", checkpoint));
-    if (c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey)) {
-      try {
-        s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-        s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
-      } catch (const json::exception&) {
-        throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers (they are {} and {})",
-                                checkpoint, kNormalizeMeanKey, kNormalizeStdKey,
-                                c[kNormalizeMeanKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
-                                c[kNormalizeStdKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80)));
-      }
-      RK_CHECK(int64_t(s.norm.mean.size()) == chw[0] || s.norm.mean.empty(),
-               "{}: its normalisation has {} channels but --data {} has {}", checkpoint, s.norm.mean.size(), spec, chw[0]);
+    try {
+      s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+      s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+    } catch (const json::exception&) {
+      throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers (they are {} and {})",
+                              checkpoint, kNormalizeMeanKey, kNormalizeStdKey,
+                              c[kNormalizeMeanKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
+                              c[kNormalizeStdKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80)));
     }
+    RK_CHECK(int64_t(s.norm.mean.size()) == chw[0] || s.norm.mean.empty(),
+             "{}: its normalisation has {} channels but --data {} has {}", checkpoint, s.norm.mean.size(), spec, chw[0]);
+    s.normalization = s.norm.mean.empty() ? "none, as the checkpoint's run trained"
+                                          : fmt::format("the checkpoint's: mean {} std {}", fmt_floats(s.norm.mean),
+                                                        fmt_floats(s.norm.std));
   } else if (normalize != "none") {
     auto train_set = data::open_dataset(spec, true, 0);
     s.norm = parse_normalize(normalize, *train_set);
+    const std::string figures = fmt::format("mean {} std {}", fmt_floats(s.norm.mean), fmt_floats(s.norm.std));
+    if (normalize != "auto")
+      s.normalization = "as given: " + figures;
+    else  // a state dict (PyTorch's among them) or an .onnx file says nothing of how its inputs were scaled
+      s.normalization = fmt::format("the training split's {} ({} holds none; --normalize none or M1,../S1,.. sets it)",
+                                    figures, checkpoint.empty() ? model_name : checkpoint);
+  } else {
+    s.normalization = "none, as given";
   }
   return s;
 }
@@ -158,7 +172,10 @@ EvalResult evaluate_checkpoint(const std::string& model_name, const std::string&
   RK_CHECK(threads >= 0, "--threads must be >= 0 (got {})", threads);
   ThreadsGuard threads_guard(threads);
   EvalSetup s = prepare_evaluation(model_name, checkpoint, spec, normalize);
-  return evaluate(*s.model, *s.test, s.norm, batch, DType::f32, keep_outputs, /*use_engine=*/true);
+  EvalResult r = evaluate(*s.model, *s.test, s.norm, batch, DType::f32, keep_outputs, /*use_engine=*/true);
+  r.normalization = s.normalization;
+  r.weights_note = s.weights_note;
+  return r;
 }
 
 }  // namespace reckon::train

@@ -24,6 +24,8 @@ struct EvalResult {
   double seconds = 0.0;
   std::vector<float> outputs;  // (samples, K) row-major, when asked for (keep_outputs)
   std::string runner = "eager";  // what ran the forward passes: "engine" (engine/engine.h) or "eager"
+  std::string normalization;     // evaluate_checkpoint: which normalisation it used, and why
+  std::string weights_note;      // evaluate_checkpoint: what reading the weights adapted ("" : nothing)
 };
 
 // Loss, top-1 and the confusion matrix of model (put in eval mode, then back) over ds, under
@@ -50,6 +52,8 @@ struct EvalSetup {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<data::Dataset> test;
   data::Normalize norm;
+  std::string normalization;  // which, and why: "the checkpoint's: mean [..] std [..]", ...
+  std::string weights_note;   // io::load_model_state's ("" when the keys were read as they are)
 };
 EvalSetup prepare_evaluation(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
                              const std::string& normalize = "auto");

@@ -46,7 +46,7 @@ Running Running::from_json(const nlohmann::json& j) {
 }
 
 Display::Display(const TrainConfig& c) : verbose_(c.verbose > 0), print_every_(c.print_every) {
-  bar_ = verbose_ && (c.progress == 1 || (c.progress < 0 && ::isatty(STDOUT_FILENO)));
+  bar_ = verbose_ && (c.progress == 1 || (c.progress < 0 && ::isatty(STDERR_FILENO)));
 }
 
 void Display::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss,
@@ -61,22 +61,31 @@ void Display::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches
     int filled = int(double(kWidth) * double(batch) / double(std::max<int64_t>(1, batches)));
     std::string bar(size_t(filled), '#');
     bar.resize(kWidth, '.');
-    std::printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s", (long long)epoch,
+    std::fprintf(stderr, "\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s", (long long)epoch,
                 (long long)epochs, bar.c_str(), (long long)batch, (long long)batches, loss, 100 * acc, images_per_s,
                 fmt_duration(eta_s).c_str());
-    std::fflush(stdout);
+    std::fflush(stderr);
   } else if (step % print_every_ == 0) {
-    std::printf("epoch %lld/%lld  batch %lld/%lld  step %lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s\n",
+    std::fprintf(stderr, "epoch %lld/%lld  batch %lld/%lld  step %lld  loss %.4f  acc %.2f%%  %.0f img/s  ETA %s\n",
                 (long long)epoch, (long long)epochs, (long long)batch, (long long)batches, (long long)step, loss,
                 100 * acc, images_per_s, fmt_duration(eta_s).c_str());
-    std::fflush(stdout);
+    std::fflush(stderr);
   }
 }
 
 void Display::line(const std::string& s) {
   if (!verbose_) return;
-  if (bar_ && drawn_) std::printf("\r\033[K");
+  if (bar_ && drawn_) std::fprintf(stderr, "\r\033[K");
   drawn_ = false;
+  std::fprintf(stderr, "%s\n", s.c_str());
+  std::fflush(stderr);
+}
+
+void Display::result(const std::string& s) {
+  if (!verbose_) return;
+  if (bar_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  drawn_ = false;
+  std::fflush(stderr);
   std::printf("%s\n", s.c_str());
   std::fflush(stdout);
 }

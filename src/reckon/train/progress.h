@@ -37,7 +37,8 @@ struct Running {
 };
 
 // The one-line display: a redrawn progress bar on a terminal, or plain lines every few steps.
-// Prints to stdout; nothing when c.verbose is 0.
+// The log and the bar go to stderr (as tqdm and Lightning draw them), the run's results to
+// stdout, so `reckon train ... > result.txt` still shows the run; nothing when c.verbose is 0.
 class Display {
  public:
   explicit Display(const TrainConfig& c);
@@ -46,8 +47,10 @@ class Display {
   // line shows every print_every steps.
   void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss, double acc,
             double images_per_s, double eta_s);
-  // A full line (ends the bar's line first).
+  // A full log line on stderr (ends the bar's line first).
   void line(const std::string& s);
+  // A line of the run's result (the final accuracy, where the files are) on stdout.
+  void result(const std::string& s);
 
  private:
   bool verbose_, bar_ = false, drawn_ = false;

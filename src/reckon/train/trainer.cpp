@@ -101,6 +101,8 @@ struct Run {
   std::unique_ptr<io::EventWriter> events;
   std::unique_ptr<io::DirLock> out_lock;  // held while the run writes in --out
   json saved_config;
+  std::string init_note;  // what reading --checkpoint's weights adapted (a "module." prefix)
+  int64_t extended_from = 0;  // --resume --epochs: the checkpoint's epochs (0: not changed)
 
   // This session's clocks.
   Clock::time_point run_t0;
@@ -123,6 +125,15 @@ void read_resume(Run& r) {
            r.ck.info.model, r.cfg.model);
   apply_saved_config(r.cfg, parse_json(r.ck.info.config_json, fmt::format("{}: metadata 'config'", path)), r.norm,
                      path);
+  if (r.cfg.resume_epochs > 0 && r.cfg.resume_epochs != r.cfg.epochs) {
+    const io::TrainProgress& p = r.ck.info.progress;  // epoch: the one under way (batch_in_epoch > 0) or next
+    const int64_t least = p.epoch + (p.batch_in_epoch > 0 ? 1 : 0);
+    RK_CHECK(r.cfg.resume_epochs >= least,
+             "--resume --epochs {}: the run in {} is {} epochs in already (give at least {})", r.cfg.resume_epochs,
+             r.cfg.out, least, least);
+    r.extended_from = r.cfg.epochs;
+    r.cfg.epochs = r.cfg.resume_epochs;
+  }
   auto it = r.ck.info.extra.find("train_state");
   RK_CHECK(it != r.ck.info.extra.end(), "{}: metadata has no 'train_state'", path);
   r.train_state = parse_json(it->second, fmt::format("{}: metadata 'train_state'", path));
@@ -174,7 +185,7 @@ void build(Run& r) {
   r.res.parameters = r.model->num_parameters();
   if (!cfg.checkpoint.empty() && !cfg.resume) {  // weights to start from (--resume brings its own)
     const io::Checkpoint ck = io::read_checkpoint(cfg.checkpoint);
-    io::load_model_state(ck, *r.model, cfg.model);
+    r.init_note = io::load_model_state(ck, *r.model, cfg.model);
   }
   if (cfg.qat) r.qat = std::make_unique<Qat>(*r.model, r.data.chw);
   r.recompute_blocks = cfg.recompute ? nn::enable_recompute(*r.model) : 0;
@@ -265,7 +276,8 @@ void print_header(Run& r) {
   const TrainData& d = r.data;
   r.show.line(fmt::format("{}: {} parameters, {:.3f} M forward MACs per image ({} images, {} classes)", cfg.model,
                           r.res.parameters, double(r.res.macs_per_image) / 1e6, shape_str(d.chw), d.num_classes));
-  if (!cfg.checkpoint.empty() && !cfg.resume) r.show.line(fmt::format("weights from {}", cfg.checkpoint));
+  if (!cfg.checkpoint.empty() && !cfg.resume)
+    r.show.line(fmt::format("weights from {}{}", cfg.checkpoint, r.init_note.empty() ? "" : " (" + r.init_note + ")"));
   if (r.qat) {
     const auto folded = r.qat->folded();
     std::string f;
@@ -285,6 +297,8 @@ void print_header(Run& r) {
                           cfg.optimizer, cfg.lr, cfg.optimizer == "sgd" ? cfg.momentum : 0.0, cfg.weight_decay,
                           cfg.schedule, cfg.warmup, cfg.batch, r.nb, cfg.epochs, cfg.seed, omp_get_max_threads(),
                           cfg.out));
+  if (!r.res.optimizer_defaults.empty())
+    r.show.line(fmt::format("({}; --lr and --weight-decay set them)", r.res.optimizer_defaults));
   r.show.line(fmt::format("precision {}{}, batch {} x accumulation {} = effective batch {} ({} optimizer steps per "
                           "epoch){}",
                           cfg.precision, r.scaler ? " with dynamic loss scaling" : "", cfg.batch, cfg.accum,
@@ -302,6 +316,15 @@ void print_header(Run& r) {
   if (cfg.resume)
     r.show.line(fmt::format("resuming from {} at step {} (epoch {}, batch {}); settings from the checkpoint",
                             r.ckpt_path, r.prog.step, r.prog.epoch + 1, r.prog.batch_in_epoch));
+  if (r.extended_from > 0) {
+    TrainConfig before = cfg;
+    before.epochs = r.extended_from;
+    const double was = optim::make_schedule(schedule_spec(before, r.steps_per_epoch))->get_lr(r.prog.step);
+    r.show.line(fmt::format("--epochs {}: the run goes from {} to {} epochs; the {} schedule is re-planned over {} "
+                            "steps (lr at step {} now {:.6g}, was {:.6g})",
+                            cfg.epochs, r.extended_from, cfg.epochs, cfg.schedule, r.total_steps, r.prog.step,
+                            r.sched->get_lr(r.prog.step), was));
+  }
 }
 
 // Checkpointing: weights, optimizer state, progress (epoch, batch_in_epoch: where the run
@@ -327,6 +350,7 @@ void save(Run& r, int64_t epoch, int64_t batch_in_epoch) {
   info.extra["train_state"] = st.dump();
   info.extra["num_classes"] = std::to_string(r.data.num_classes);
   info.extra["input_shape"] = shape_str(r.data.chw);
+  info.extra["class_names"] = json(r.data.train->class_names()).dump();  // for reckon predict
   io::save_checkpoint(r.ckpt_path, *r.model, r.opt.get(), info);
   r.res.checkpoint = r.ckpt_path;
 }
@@ -413,6 +437,25 @@ void stopped(Run& r, int64_t epoch, int64_t batch) {
   r.res.rng_state = default_generator().state();
 }
 
+// A first epoch that ended where a guess starts (training loss near ln K, accuracy near 1/K)
+// learnt nothing: too high a learning rate is the usual cause (Adam at the SGD recipe's 0.05
+// stays at 10% on lenet5). Said once, with a learning rate to try; the run goes on.
+void warn_if_at_chance(Run& r, const EpochStats& es) {
+  const double K = double(r.data.num_classes);
+  if (es.epoch != 1 || K < 2) return;
+  const bool learnt = es.train_loss < 0.9 * std::log(K) || es.train_accuracy > 1.5 / K;  // NaN loss: not learnt
+  if (learnt) return;
+  const TrainConfig& cfg = r.cfg;
+  const double def = cfg.optimizer == "sgd" ? kSgdRecipeLr : optim::AdamOptions{}.lr;
+  const double try_lr = cfg.lr > def ? def : cfg.lr / 10;
+  std::string w = fmt::format("warning: epoch 1 ended at chance (train loss {:.4f}, ln {} = {:.4f}; train accuracy "
+                              "{:.2f}%, 1/{} = {:.2f}%): lr {} is likely too high for {}; try --lr {}",
+                              es.train_loss, r.data.num_classes, std::log(K), 100 * es.train_accuracy,
+                              r.data.num_classes, 100 / K, cfg.lr, cfg.optimizer, try_lr);
+  r.show.line(w);
+  r.res.warnings.push_back(std::move(w));
+}
+
 // The end of an epoch: evaluate, log, checkpoint (at the next epoch's start).
 void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
   const TrainConfig& cfg = r.cfg;
@@ -449,6 +492,7 @@ void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
                           "{:.0f} img/s  (eval {:.1f} s)",
                           epoch + 1, cfg.epochs, es.train_loss, 100 * es.train_accuracy, ev.loss, 100 * ev.accuracy,
                           es.seconds, es.images_per_s, ev.seconds));
+  warn_if_at_chance(r, es);
   r.epoch_run = Running{};
   save(r, epoch + 1, 0);
 }
@@ -508,7 +552,7 @@ void final_report(Run& r) {
   if (res.final_eval.samples == 0)
     res.final_eval = evaluate(*r.model, *r.data.test, r.norm, r.cfg.eval_batch, precision_dtype(r.cfg.precision));
   auto st = tracker(Device::cpu).stats();
-  r.show.line(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak "
+  r.show.result(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak "
                           "tracked memory {:.1f} MiB",
                           100 * res.final_eval.accuracy, res.final_eval.loss, r.cfg.epochs, r.prog.step,
                           seconds_since(r.run_t0), double(st.peak_total_bytes) / (1 << 20)));
@@ -524,11 +568,11 @@ void final_report(Run& r) {
     const QuantizeReport q = quantize_model(qa);
     res.int8_model = q.out;
     res.int8_accuracy = q.methods.at(0).int8_accuracy;
-    r.show.line(fmt::format("QAT int8: {:.2f}% top-1 through the int8 engine (fake-quantized {:.2f}%), {} layer "
+    r.show.result(fmt::format("QAT int8: {:.2f}% top-1 through the int8 engine (fake-quantized {:.2f}%), {} layer "
                             "inputs at QAT's ranges; wrote {}",
                             100 * res.int8_accuracy, 100 * res.final_eval.accuracy, q.fixed_ranges, q.out));
   }
-  r.show.line(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", r.ckpt_path, r.metrics->csv_path(),
+  r.show.result(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", r.ckpt_path, r.metrics->csv_path(),
                           r.events->path()));
 }
 
@@ -537,6 +581,7 @@ void final_report(Run& r) {
 TrainResult train(const TrainConfig& in) {
   Run r(in);
   read_resume(r);
+  r.res.optimizer_defaults = apply_optimizer_defaults(r.cfg);
   validate(r.cfg);
   r.threads_guard.emplace(r.cfg.threads);
   r.conv_algo_scope.emplace(r.cfg.conv_algo);

@@ -52,6 +52,8 @@ struct TrainResult {
   double loss_scale = 0;         // the scaler's scale at the end (0: no scaler)
   std::string int8_model;        // --qat: the int8 QDQ file written at the end
   double int8_accuracy = 0;      // --qat: its top-1 on the test split through the int8 engine
+  std::string optimizer_defaults;  // what apply_optimizer_defaults chose ("" when lr and weight decay were given)
+  std::vector<std::string> warnings;  // printed as they happened (a first epoch at chance)
 };
 
 // Runs the training described by cfg. Throws reckon::Error (one line, naming the argument or
