@@ -1056,3 +1056,50 @@ TEST(Loader, BadOptions) {
   EXPECT_FILE_ERROR(Loader(ds, {.normalize = {{0.5f}, {}}}), "[loader]", "1 means but 0 stds");
   EXPECT_FILE_ERROR(Loader(ds, {.normalize = {{0.5f}, {0.0f}}}), "[loader]", "must be > 0");
 }
+
+// --val-split's hold-out: the two parts are disjoint and together the whole split, in the base's
+// order; the held part's size is the rounded fraction; the same seed gives the same part, another
+// seed another; a fraction outside (0, 1) or a one-sample dataset is refused naming --val-split.
+TEST(Split, SeededHoldOutIsDisjointCompleteAndReproducible) {
+  const int64_t n = 250;  // sample i has pixel value i: get() tells which sample a part gave
+  std::vector<uint8_t> px(static_cast<size_t>(n));
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) px[size_t(i)] = uint8_t(i), labels[size_t(i)] = int32_t(i % 10);
+  auto base = std::make_shared<MemoryDataset>("mem", Shape{1, 1, 1}, 10, px, labels);
+  auto ids = [](const Dataset& d) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < d.size(); ++i) {
+      float x = 0;
+      int64_t y = 0;
+      d.get(i, &x, &y);
+      const int64_t id = std::lround(x * 255);
+      EXPECT_EQ(y, id % 10);
+      v.push_back(id);
+    }
+    return v;
+  };
+  Split a = split_dataset(base, 0.1, 7), b = split_dataset(base, 0.1, 7), c = split_dataset(base, 0.1, 8);
+  EXPECT_EQ(a.held->size(), 25);
+  EXPECT_EQ(a.kept->size(), 225);
+  EXPECT_EQ(ids(*a.held), ids(*b.held));
+  EXPECT_NE(ids(*a.held), ids(*c.held));
+  EXPECT_EQ(a.held->num_classes(), 10);
+  EXPECT_NE(a.held->name().find("mem (validation part"), std::string::npos) << a.held->name();
+  std::vector<int64_t> held = ids(*a.held), kept = ids(*a.kept);
+  EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));  // the base's order
+  std::vector<int64_t> all = held;
+  all.insert(all.end(), kept.begin(), kept.end());
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[size_t(i)] = i;
+  EXPECT_EQ(all, want);  // disjoint, and together the whole split
+  // Not the first or last 25: drawn from the whole range.
+  EXPECT_LT(held.front(), 100);
+  EXPECT_GT(held.back(), 150);
+  EXPECT_EQ(split_dataset(base, 0.0001, 1).held->size(), 1);  // at least one held out
+  EXPECT_EQ(split_dataset(base, 0.9999, 1).kept->size(), 1);  // at least one kept
+  for (double f : {0.0, 1.0, -0.5})
+    EXPECT_NE(error_of([&] { split_dataset(base, f, 0); }).find("--val-split"), std::string::npos) << f;
+  auto one = std::make_shared<MemoryDataset>("one", Shape{1, 1, 1}, 10, std::vector<uint8_t>{1}, std::vector<int32_t>{0});
+  EXPECT_NE(error_of([&] { split_dataset(one, 0.5, 0); }).find("too few"), std::string::npos);
+}

@@ -884,3 +884,58 @@ TEST(TrainCli, PredictAgreesWithEvalOnImageFiles) {
   expect_one_line_error({"predict", "lenet5", (d / "rgb.png").string()}, d, {"--checkpoint"});
   fs::remove_all(d);
 }
+
+// --val-split: a seeded hold-out evaluated each epoch (metrics "val" rows, the log line),
+// best.safetensors at the best epoch; --early-stop N ends a run that stopped gaining, and a
+// resume of it trains no further.
+TEST(TrainCli, ValidationSplitBestCheckpointAndEarlyStop) {
+  fs::path d = test_dir("val_split");
+  const fs::path out = d / "run";
+  CliResult r = run_cli({"train", "tinycnn", "--data", "synthetic:1x28x28:512:10", "--epochs", "3", "--batch", "32",
+                         "--val-split", "0.25", "--threads", "1", "--out", out.string()},
+                        d);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("validation: 128 of the 512 training samples held out (--val-split 0.25, by seed 0)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("data synthetic:1x28x28:512:10: 384 training / 512 test samples"), std::string::npos) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(best validation accuracy ([0-9.]+)% at epoch ([0-9]+): )")))
+      << r.out;
+  const double best = std::stod(m[1]);
+  const int best_epoch = std::stoi(m[2]);
+  std::vector<double> val;
+  std::stringstream jl(read_file(out / "metrics.jsonl"));
+  for (std::string line; std::getline(jl, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "val") val.push_back(100 * j["accuracy"].get<double>());
+  }
+  ASSERT_EQ(val.size(), 3u);
+  EXPECT_NEAR(*std::max_element(val.begin(), val.end()), best, 0.006);
+  EXPECT_EQ(std::max_element(val.begin(), val.end()) - val.begin() + 1, best_epoch);
+  io::Checkpoint bk = io::read_checkpoint((out / "best.safetensors").string());
+  EXPECT_EQ(bk.info.progress.epoch, best_epoch);
+  EXPECT_EQ(nlohmann::json::parse(bk.info.config_json)["val_split"], 0.25);
+
+  // A learning rate too small to change anything (lenet5: no batch norm, whose statistics would
+  // move): no gain after epoch 1, stopped after epoch 2 of 5.
+  const fs::path es = d / "early";
+  CliResult e = run_cli({"train", "lenet5", "--data", "synthetic:1x28x28:256:10", "--epochs", "5", "--batch", "32",
+                         "--val-split", "0.25", "--early-stop", "1", "--lr", "1e-12", "--threads", "1", "--out",
+                         es.string()},
+                        d);
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.err.find("early stop: no gain in validation accuracy for 1 epochs (best"), std::string::npos) << e.err;
+  EXPECT_NE(e.out.find("at epoch 1 (stopped early)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("after 2 epochs"), std::string::npos) << e.out;
+  EXPECT_EQ(io::read_checkpoint((es / "last.safetensors").string()).info.progress.epoch, 2);
+  EXPECT_EQ(io::read_checkpoint((es / "best.safetensors").string()).info.progress.epoch, 1);
+  CliResult again = run_cli({"train", "lenet5", "--resume", "--threads", "1", "--out", es.string()}, d);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.err.find("epoch 3/5"), std::string::npos) << again.err;
+  EXPECT_EQ(io::read_checkpoint((es / "last.safetensors").string()).info.progress.epoch, 2);
+  expect_one_line_error({"train", "tinycnn", "--early-stop", "2", "--out", (d / "x").string()}, d,
+                        {"--early-stop", "--val-split"});
+  expect_one_line_error({"train", "tinycnn", "--val-split", "1", "--out", (d / "x").string()}, d, {"--val-split"});
+  fs::remove_all(d);
+}

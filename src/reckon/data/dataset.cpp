@@ -15,6 +15,46 @@ namespace reckon::data {
 
 using detail::one_line;
 
+namespace {
+// Samples `indices` of a shared dataset.
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices, std::string part)
+      : base_(std::move(base)), indices_(std::move(indices)), part_(std::move(part)) {}
+  int64_t size() const override { return int64_t(indices_.size()); }
+  Shape sample_shape() const override { return base_->sample_shape(); }
+  int64_t num_classes() const override { return base_->num_classes(); }
+  std::string name() const override { return base_->name() + " (" + part_ + ")"; }
+  std::vector<std::string> class_names() const override { return base_->class_names(); }
+  void get(int64_t i, float* x, int64_t* y) const override { base_->get(indices_[size_t(i)], x, y); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  std::vector<int64_t> indices_;
+  std::string part_;
+};
+}  // namespace
+
+Split split_dataset(std::shared_ptr<const Dataset> ds, double fraction, uint64_t seed) {
+  const int64_t n = ds->size();
+  RK_CHECK(fraction > 0 && fraction < 1, "--val-split must be in (0, 1) (got {})", fraction);
+  RK_CHECK(n >= 2, "--val-split: {} has {} training sample(s), too few to hold any out", ds->name(), n);
+  const int64_t held_n = std::clamp<int64_t>(std::llround(fraction * double(n)), 1, n - 1);
+  // Fisher-Yates with counter-based draws (random.h): the same hold-out for a seed on any machine.
+  constexpr uint64_t kSplitStream = 0x76616c5f73706c74ull;  // "val_splt"
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  for (int64_t j = n - 1; j > 0; --j)
+    std::swap(order[size_t(j)], order[size_t(bounded(hash64(seed, kSplitStream, uint64_t(j)), uint64_t(j) + 1))]);
+  std::vector<int64_t> held(order.begin(), order.begin() + held_n), kept(order.begin() + held_n, order.end());
+  std::sort(held.begin(), held.end());
+  std::sort(kept.begin(), kept.end());
+  Split s;
+  s.kept = std::make_unique<Subset>(ds, std::move(kept), fmt::format("training part, {} held out", held_n));
+  s.held = std::make_unique<Subset>(ds, std::move(held), fmt::format("validation part, seed {}", seed));
+  return s;
+}
+
 std::vector<std::string> Dataset::class_names() const {
   std::vector<std::string> names;
   for (int64_t k = 0; k < num_classes(); ++k) names.push_back(std::to_string(k));

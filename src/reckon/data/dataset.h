@@ -73,6 +73,15 @@ class MemoryDataset : public Dataset {
 // throws reckon::Error (one line) on an unknown spec or any missing or malformed file.
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, bool train, uint64_t seed = 0);
 
+// A seeded hold-out (--val-split): round(fraction * N) samples of ds (at least 1, and at least
+// 1 left) drawn by a permutation that depends only on seed, as `held`; the others, in ds's
+// order, as `kept`. Both read through ds, which they share. Their names say which part they are.
+// requires: 0 < fraction < 1 and ds.size() >= 2; else throws naming --val-split.
+struct Split {
+  std::unique_ptr<Dataset> kept, held;
+};
+Split split_dataset(std::shared_ptr<const Dataset> ds, double fraction, uint64_t seed);
+
 // Per-channel mean and (population) standard deviation of get()'s values over the whole
 // dataset, for --normalize auto. Deterministic: the same figures on any thread count.
 std::vector<float> channel_mean(const Dataset& ds);

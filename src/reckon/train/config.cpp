@@ -108,6 +108,9 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1) (got {})", c.momentum);
   RK_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "--weight-decay must be >= 0 (got {})",
            c.weight_decay);
+  RK_CHECK(c.val_split >= 0 && c.val_split < 1, "--val-split must be in [0, 1) (got {})", c.val_split);
+  RK_CHECK(c.early_stop >= 0, "--early-stop must be >= 0 epochs (got {})", c.early_stop);
+  RK_CHECK(c.early_stop == 0 || c.val_split > 0, "--early-stop watches the validation accuracy: give --val-split too");
   RK_CHECK(c.warmup >= 0, "--warmup must be >= 0 steps (got {})", c.warmup);
   RK_CHECK(c.step_epochs >= 0, "--step-epochs must be >= 0 (got {})", c.step_epochs);
   RK_CHECK(c.gamma > 0, "--gamma must be positive (got {})", c.gamma);

@@ -67,6 +67,13 @@ RK_TRAIN_FIELD(bool, resume, false, run, flag, "continue the run in --out from i
 // "auto" (per-channel mean/std of the training split), "none", or "M1,M2,../S1,S2,..".
 RK_TRAIN_FIELD(std::string, normalize, "auto", numbers, option,
                "auto (training-split mean/std) | none | M1,M2,../S1,S2,..")
+// A seeded hold-out of the training split for validation (data::split_dataset, by --seed):
+// evaluated after each epoch, best.safetensors kept by its accuracy; --early-stop ends the run
+// after N epochs without a gain. Both came after format 1's first checkpoints: 0 when absent.
+RK_TRAIN_FIELD(double, val_split, 0.0, numbers_or_default, option,
+               "hold out this fraction of the training split for validation (0: none); keeps best.safetensors")
+RK_TRAIN_FIELD(int64_t, early_stop, 0, numbers_or_default, option,
+               "stop after N epochs without a gain in validation accuracy (needs --val-split; 0: never)")
 // "none" or a comma list of "crop[:PAD]" (random crop with PAD zero padding, default 4) and "flip".
 RK_TRAIN_FIELD(std::string, augment, "none", numbers, option, "none | comma list of crop[:PAD], flip")
 RK_TRAIN_FIELD(int64_t, checkpoint_every, 0, run, option, "also checkpoint every N steps (0: at epoch ends only)")

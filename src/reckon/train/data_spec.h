@@ -22,6 +22,7 @@ data::Augment parse_augment(const std::string& spec);
 // classes; else throws naming the spec.
 struct TrainData {
   std::unique_ptr<data::Dataset> train, test;
+  std::unique_ptr<data::Dataset> val;  // the trainer's --val-split hold-out (then train is the rest); null: none
   Shape chw;                // one image
   int64_t num_classes = 0;  // K
 };

@@ -67,7 +67,8 @@ void restore_scaler(optim::GradScaler& g, const json& j, const std::string& path
 // A run as its steps share it: set up by the steps before the epochs, then changed by each step.
 struct Run {
   explicit Run(const TrainConfig& in)
-      : cfg(in), out_dir(in.out), ckpt_path((out_dir / "last.safetensors").string()), show(in) {}
+      : cfg(in), out_dir(in.out), ckpt_path((out_dir / "last.safetensors").string()), show(in),
+        best_path((out_dir / "best.safetensors").string()) {}
 
   TrainConfig cfg;  // as given, then from the checkpoint (--resume) and the plan (--max-memory)
   // The process settings for the run, set once cfg is valid and put back last, when the run ends.
@@ -103,6 +104,9 @@ struct Run {
   json saved_config;
   std::string init_note;  // what reading --checkpoint's weights adapted (a "module." prefix)
   int64_t extended_from = 0;  // --resume --epochs: the checkpoint's epochs (0: not changed)
+  int64_t since_best = 0;     // --val-split: epochs since the best validation accuracy
+  int64_t epochs_done = 0;    // epochs ended, this session's and before
+  std::string best_path;      // out/best.safetensors
 
   // This session's clocks.
   Clock::time_point run_t0;
@@ -142,6 +146,12 @@ void read_resume(Run& r) {
 // 2. The data, whether the model fits it (and its MACs), the normalisation unless resumed.
 void open_data(Run& r) {
   r.data = open_train_data(r.cfg.data);
+  if (r.cfg.val_split > 0) {
+    data::Split sp = data::split_dataset(std::shared_ptr<const data::Dataset>(std::move(r.data.train)),
+                                         r.cfg.val_split, r.cfg.seed);
+    r.data.train = std::move(sp.kept);
+    r.data.val = std::move(sp.held);
+  }
   r.res.macs_per_image = forward_macs(r.cfg.model, r.data.chw[0], r.data.num_classes, r.data.chw);
   if (!r.cfg.resume) r.norm = parse_normalize(r.cfg.normalize, *r.data.train);
 }
@@ -226,6 +236,7 @@ FileMarks restore(Run& r) {
   io::load_model_state(r.ck, *r.model, r.cfg.model);
   io::load_optimizer_state(r.ck, *r.opt, r.cfg.optimizer);
   r.prog = r.ck.info.progress;
+  r.epochs_done = r.prog.epoch;
   RK_CHECK(r.prog.batch_in_epoch <= r.nb, "{}: batch_in_epoch {} is past the {} batches of an epoch", path,
            r.prog.batch_in_epoch, r.nb);
   RK_CHECK(r.prog.batch_in_epoch % r.cfg.accum == 0 || r.prog.batch_in_epoch == r.nb,
@@ -243,6 +254,14 @@ FileMarks restore(Run& r) {
     m.events_bytes = st.at("events_bytes").get<int64_t>();
     if (r.scaler && st.contains("scaler")) restore_scaler(*r.scaler, st.at("scaler"), path);
     if (r.qat && st.contains("qat")) r.qat->from_json(st.at("qat"), path);
+    if (st.contains("best")) {
+      const json& b = st.at("best");
+      r.res.best_val_accuracy = b.at("val_accuracy").get<double>();
+      r.res.best_epoch = b.at("epoch").get<int64_t>();
+      r.since_best = b.at("since").get<int64_t>();
+      r.res.early_stopped = b.at("early_stopped").get<bool>();
+      if (r.res.best_epoch > 0) r.res.best_checkpoint = r.best_path;
+    }
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: metadata 'train_state' is incomplete ({})", path, e.what()));
   }
@@ -287,6 +306,12 @@ void print_header(Run& r) {
                             "epoch {}; batch norm folded into {} convolutions{}",
                             r.qat->layers(), cfg.qat_start_epoch + 1, folded.size(), f));
   }
+  if (d.val)
+    r.show.line(fmt::format("validation: {} of the {} training samples held out (--val-split {}, by seed {}); "
+                            "best.safetensors kept by validation accuracy{}",
+                            d.val->size(), d.val->size() + d.train->size(), cfg.val_split, cfg.seed,
+                            cfg.early_stop > 0 ? fmt::format("; early stop after {} epochs without a gain", cfg.early_stop)
+                                               : std::string()));
   r.show.line(fmt::format("data {}: {} training / {} test samples; normalize {}", cfg.data, d.train->size(),
                           d.test->size(),
                           r.norm.mean.empty()
@@ -341,6 +366,11 @@ void save(Run& r, int64_t epoch, int64_t batch_in_epoch) {
           {"events_bytes", r.events->bytes()}};
   if (r.scaler) st["scaler"] = scaler_json(*r.scaler);
   if (r.qat) st["qat"] = r.qat->to_json();
+  if (r.data.val)
+    st["best"] = {{"val_accuracy", r.res.best_val_accuracy},
+                  {"epoch", r.res.best_epoch},
+                  {"since", r.since_best},
+                  {"early_stopped", r.res.early_stopped}};
   io::CheckpointInfo info;
   info.model = r.cfg.model;
   info.optimizer = r.cfg.optimizer;
@@ -353,6 +383,11 @@ void save(Run& r, int64_t epoch, int64_t batch_in_epoch) {
   info.extra["class_names"] = json(r.data.train->class_names()).dump();  // for reckon predict
   io::save_checkpoint(r.ckpt_path, *r.model, r.opt.get(), info);
   r.res.checkpoint = r.ckpt_path;
+  // At the end of the epoch that set the best validation accuracy: the same checkpoint as best.
+  if (r.data.val && batch_in_epoch == 0 && r.res.best_epoch == epoch && r.since_best == 0) {
+    io::save_checkpoint(r.best_path, *r.model, r.opt.get(), info);
+    r.res.best_checkpoint = r.best_path;
+  }
 }
 
 // An epoch's clocks: since its start, and since the last metrics row.
@@ -469,6 +504,21 @@ void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
                 .test_accuracy = ev.accuracy,
                 .seconds = epoch_seconds,
                 .images_per_s = double(t.epoch_images) / std::max(1e-9, epoch_seconds)};
+  if (r.data.val) {
+    EvalResult v = evaluate(*r.model, *r.data.val, r.norm, cfg.eval_batch, precision_dtype(cfg.precision));
+    es.val_loss = v.loss, es.val_accuracy = v.accuracy;
+    r.metrics->write("val", r.prog.step,
+                     {{"epoch", double(epoch + 1)}, {"loss", v.loss}, {"accuracy", v.accuracy}, {"seconds", v.seconds}});
+    r.events->add_scalar("val/loss", float(v.loss), r.prog.step);
+    r.events->add_scalar("val/accuracy", float(v.accuracy), r.prog.step);
+    if (v.accuracy > r.res.best_val_accuracy) {
+      r.res.best_val_accuracy = v.accuracy, r.res.best_epoch = epoch + 1, r.since_best = 0;
+    } else {
+      r.since_best += 1;
+    }
+    r.res.early_stopped = cfg.early_stop > 0 && r.since_best >= cfg.early_stop && epoch + 1 < cfg.epochs;
+  }
+  r.epochs_done = epoch + 1;
   r.res.epochs.push_back(es);
   r.res.final_eval = ev;
   const int64_t step = r.prog.step;
@@ -491,7 +541,13 @@ void end_epoch(Run& r, int64_t epoch, const EpochClock& t) {
   r.show.line(fmt::format("epoch {}/{}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  {:.1f} s  "
                           "{:.0f} img/s  (eval {:.1f} s)",
                           epoch + 1, cfg.epochs, es.train_loss, 100 * es.train_accuracy, ev.loss, 100 * ev.accuracy,
-                          es.seconds, es.images_per_s, ev.seconds));
+                          es.seconds, es.images_per_s, ev.seconds) +
+              (r.data.val ? fmt::format("  val loss {:.4f} acc {:.2f}%{}", es.val_loss, 100 * es.val_accuracy,
+                                        r.since_best == 0 ? " (best)" : "")
+                          : std::string()));
+  if (r.res.early_stopped)
+    r.show.line(fmt::format("early stop: no gain in validation accuracy for {} epochs (best {:.2f}% at epoch {})",
+                            r.since_best, 100 * r.res.best_val_accuracy, r.res.best_epoch));
   warn_if_at_chance(r, es);
   r.epoch_run = Running{};
   save(r, epoch + 1, 0);
@@ -554,7 +610,8 @@ void final_report(Run& r) {
   auto st = tracker(Device::cpu).stats();
   r.show.result(fmt::format("final test accuracy {:.2f}% (loss {:.4f}) after {} epochs, {} steps, {:.1f} s; peak "
                           "tracked memory {:.1f} MiB",
-                          100 * res.final_eval.accuracy, res.final_eval.loss, r.cfg.epochs, r.prog.step,
+                          100 * res.final_eval.accuracy, res.final_eval.loss,
+                          res.early_stopped ? r.epochs_done : r.cfg.epochs, r.prog.step,
                           seconds_since(r.run_t0), double(st.peak_total_bytes) / (1 << 20)));
   if (res.checkpoint.empty() && fs::exists(r.ckpt_path)) res.checkpoint = r.ckpt_path;
   if (r.qat) {  // the int8 program of the trained weights, with the ranges QAT learnt
@@ -572,8 +629,11 @@ void final_report(Run& r) {
                             "inputs at QAT's ranges; wrote {}",
                             100 * res.int8_accuracy, 100 * res.final_eval.accuracy, q.fixed_ranges, q.out));
   }
+  if (r.data.val && r.res.best_epoch > 0)
+    r.show.result(fmt::format("best validation accuracy {:.2f}% at epoch {}{}: {}", 100 * r.res.best_val_accuracy,
+                              r.res.best_epoch, r.res.early_stopped ? " (stopped early)" : "", r.best_path));
   r.show.result(fmt::format("checkpoint: {}  metrics: {}  tensorboard: {}", r.ckpt_path, r.metrics->csv_path(),
-                          r.events->path()));
+                            r.events->path()));
 }
 
 }  // namespace
@@ -594,7 +654,8 @@ TrainResult train(const TrainConfig& in) {
   open_outputs(r, marks);
   print_header(r);
   r.run_t0 = Clock::now();
-  for (int64_t epoch = r.prog.epoch, skip = r.prog.batch_in_epoch; epoch < r.cfg.epochs; ++epoch, skip = 0)
+  for (int64_t epoch = r.prog.epoch, skip = r.prog.batch_in_epoch; epoch < r.cfg.epochs && !r.res.early_stopped;
+       ++epoch, skip = 0)
     if (!run_epoch(r, epoch, skip)) return std::move(r.res);
   final_report(r);
   return std::move(r.res);

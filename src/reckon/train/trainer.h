@@ -35,6 +35,7 @@ struct EpochStats {
   double test_loss = 0.0, test_accuracy = 0.0;
   double seconds = 0.0;       // training time of this session's part of the epoch
   double images_per_s = 0.0;
+  double val_loss = 0.0, val_accuracy = 0.0;  // --val-split (0 without)
 };
 
 struct TrainResult {
@@ -54,6 +55,11 @@ struct TrainResult {
   double int8_accuracy = 0;      // --qat: its top-1 on the test split through the int8 engine
   std::string optimizer_defaults;  // what apply_optimizer_defaults chose ("" when lr and weight decay were given)
   std::vector<std::string> warnings;  // printed as they happened (a first epoch at chance)
+  // --val-split: the best validation accuracy, its epoch (1-based; 0: none yet) and best.safetensors.
+  double best_val_accuracy = -1;
+  int64_t best_epoch = 0;
+  std::string best_checkpoint;
+  bool early_stopped = false;  // --early-stop ended the run before --epochs
 };
 
 // Runs the training described by cfg. Throws reckon::Error (one line, naming the argument or
