@@ -554,15 +554,7 @@ Outs reshape_op(Ctx& c, Ins& in) {
       RK_CHECK(int64_t(i) < x.dim(), "shape entry {} is 0 (copy) but the input has rank {}", i, x.dim());
       s[i] = x.size(int64_t(i));
     }
-  if (host_int(x)) {
-    int64_t known = 1, infer = -1;
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i] == -1) infer = int64_t(i);
-      else known = checked_mul(known, s[i], fmt::format("Reshape's shape [{}]", fmt::join(s, ", ")));
-    if (infer >= 0) s[size_t(infer)] = known ? x.numel() / known : 0;
-    RK_CHECK(shape_numel(s) == x.numel(), "cannot reshape {} to [{}]", x.str(), fmt::join(s, ", "));
-    return {host_copy(x, s, x.dtype())};
-  }
+  if (host_int(x)) return {host_copy(x, resolve_reshape(x.shape(), x.numel(), s), x.dtype())};
   return {reshape(x, s)};
 }
 

@@ -52,7 +52,17 @@ std::string Node::get_s(const std::string& n, const std::string& def) const {
 }
 std::vector<int64_t> Node::get_ints(const std::string& n, std::vector<int64_t> def) const {
   const Attr* a = attr(n);
-  return a ? a->ints : def;
+  if (!a) return def;
+  // A window's sizes meet in sums and products ((k - 1) * d, (o - 1) * s, ...): bounded here,
+  // once, so none of that arithmetic can wrap int64 whatever a file says.
+  static const std::set<std::string> kWindow = {"kernel_shape", "strides", "dilations", "pads", "output_padding",
+                                                "output_shape"};
+  constexpr int64_t kMaxWindow = std::numeric_limits<int32_t>::max();
+  if (kWindow.count(n))
+    for (int64_t v : a->ints)
+      RK_CHECK(v >= -kMaxWindow && v <= kMaxWindow, "{}: attribute '{}' holds {}, out of range (at most 2^31 - 1 in "
+               "magnitude)", where(), n, v);
+  return a->ints;
 }
 const Tensor* Model::initializer(const std::string& name) const {
   for (const auto& [n, t] : initializers)

@@ -33,29 +33,32 @@ Cost free_cost() { return {}; }
 }  // namespace
 
 // ---- reshape ----
-std::vector<TensorSpec> Reshape::infer(std::span<const Tensor> in, const Attrs& a) {
-  const Tensor& x = in[0];
-  RK_CHECK(x.is_contiguous(), "[reshape] needs a contiguous input (got strides {})", shape_str(x.strides()));
-  Shape s = a.shape;
+Shape resolve_reshape(const Shape& from, int64_t numel, const Shape& target) {
+  Shape s = target;
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
-      RK_CHECK(infer_at < 0, "[reshape] more than one -1 in {}", shape_str(a.shape));
+      RK_CHECK(infer_at < 0, "[reshape] more than one -1 in {}", shape_str(target));
       infer_at = int64_t(i);
     } else {
-      RK_CHECK(s[i] >= 0, "[reshape] negative size in {}", shape_str(a.shape));
+      RK_CHECK(s[i] >= 0, "[reshape] negative size in {}", shape_str(target));
       // checked: an ONNX Reshape's shape is data from the file (fuzz_onnx found the wrap)
-      known = checked_mul(known, s[i], fmt::format("[reshape] the shape {}", shape_str(a.shape)));
+      known = checked_mul(known, s[i], fmt::format("[reshape] the shape {}", shape_str(target)));
     }
   }
   if (infer_at >= 0) {
-    RK_CHECK(known > 0 && x.numel() % known == 0, "[reshape] cannot view {} as {}",
-             shape_str(x.shape()), shape_str(a.shape));
-    s[size_t(infer_at)] = x.numel() / known;
+    RK_CHECK(known > 0 && numel % known == 0, "[reshape] cannot view {} as {}", shape_str(from), shape_str(target));
+    s[size_t(infer_at)] = numel / known;
   }
-  RK_CHECK(shape_numel(s) == x.numel(), "[reshape] cannot view {} ({} elements) as {}",
-           shape_str(x.shape()), x.numel(), shape_str(a.shape));
-  return {{s, x.dtype()}};
+  RK_CHECK(shape_numel(s) == numel, "[reshape] cannot view {} ({} elements) as {}", shape_str(from), numel,
+           shape_str(target));
+  return s;
+}
+
+std::vector<TensorSpec> Reshape::infer(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  RK_CHECK(x.is_contiguous(), "[reshape] needs a contiguous input (got strides {})", shape_str(x.strides()));
+  return {{resolve_reshape(x.shape(), x.numel(), a.shape), x.dtype()}};
 }
 Cost Reshape::cost(std::span<const Tensor>, std::span<const TensorSpec>, const Attrs&) { return free_cost(); }
 SavedSet Reshape::saved(const Attrs&, NeedsGrad) { return {}; }

@@ -5,6 +5,12 @@
 
 namespace reckon {
 
+// The shape `target` means for a tensor of `from` (numel elements): one -1 inferred, the product
+// checked against int64 (a shape read from a file can wrap it). Throws "[reshape] ..." for a
+// second -1, a negative size, or a product that is not numel. Reshape::infer and the ONNX
+// importer's constant-folding path share it.
+Shape resolve_reshape(const Shape& from, int64_t numel, const Shape& target);
+
 struct Reshape {
   static constexpr std::string_view kName = "reshape";
   struct A {
