@@ -79,6 +79,17 @@ using test_util::expect_same_tensors;
 using test_util::metrics_numbers;
 using test_util::same_bits;
 
+// The accuracy column of a run's metrics.jsonl rows of one kind ("test", "val"), in order.
+std::vector<double> metrics_accuracies(const fs::path& jsonl, const std::string& kind) {
+  std::vector<double> v;
+  std::stringstream in(read_file(jsonl));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == kind) v.push_back(j["accuracy"].get<double>());
+  }
+  return v;
+}
+
 void expect_same_losses(const std::vector<float>& a, size_t from, const std::vector<float>& b) {
   ASSERT_LE(from + b.size(), a.size());
   for (size_t i = 0; i < b.size(); ++i)
@@ -785,10 +796,7 @@ TEST(TrainCli, ResumeWithEpochsExtendsAFinishedRun) {
   EXPECT_EQ(ck.info.progress.epoch, 2);
   EXPECT_EQ(nlohmann::json::parse(ck.info.config_json)["epochs"], 2);
   EXPECT_EQ(test_util::metrics_numbers(d / "one" / "metrics.csv"), test_util::metrics_numbers(d / "two" / "metrics.csv"));
-  int tests = 0;
-  std::stringstream jl(read_file(d / "one" / "metrics.jsonl"));
-  for (std::string line; std::getline(jl, line);) tests += nlohmann::json::parse(line)["kind"] == "test";
-  EXPECT_EQ(tests, 2);
+  EXPECT_EQ(metrics_accuracies(d / "one" / "metrics.jsonl", "test").size(), 2u);
   // The cosine schedule: re-planned, the lr it now has at the resume step said beside the old one.
   ASSERT_EQ(run_cli({"train", "tinycnn", "--data", "synthetic:1x28x28:256:10", "--epochs", "1", "--batch", "32",
                      "--threads", "1", "--out", (d / "cos").string()},
@@ -904,12 +912,8 @@ TEST(TrainCli, ValidationSplitBestCheckpointAndEarlyStop) {
       << r.out;
   const double best = std::stod(m[1]);
   const int best_epoch = std::stoi(m[2]);
-  std::vector<double> val;
-  std::stringstream jl(read_file(out / "metrics.jsonl"));
-  for (std::string line; std::getline(jl, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "val") val.push_back(100 * j["accuracy"].get<double>());
-  }
+  std::vector<double> val = metrics_accuracies(out / "metrics.jsonl", "val");
+  for (double& a : val) a *= 100;
   ASSERT_EQ(val.size(), 3u);
   EXPECT_NEAR(*std::max_element(val.begin(), val.end()), best, 0.006);
   EXPECT_EQ(std::max_element(val.begin(), val.end()) - val.begin() + 1, best_epoch);

@@ -62,7 +62,9 @@ std::string version_text() {
 int main(int argc, char** argv) {
   CLI::App app{"reckon: train convolutional networks and know what they cost"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", version_text(), "print the version, build type, oneDNN version and cuda, then exit");
+  // A callback: only `reckon --version` asks oneDNN and cuda, not every command's start.
+  app.set_version_flag("--version", std::function<std::string()>(version_text),
+                       "print the version, build type, oneDNN version and cuda, then exit");
   std::vector<std::pair<CLI::App*, reckon::tools::Runner>> subs;
   for (auto& setup : reckon::tools::commands()) {
     CLI::App* sub = nullptr;

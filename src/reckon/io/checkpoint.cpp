@@ -46,7 +46,14 @@ std::string meta_str(const std::map<std::string, std::string>& meta, const char*
   return it == meta.end() ? std::string() : it->second;
 }
 
-std::string and_more(size_t n) { return n > 1 ? fmt::format(" (and {} more)", n - 1) : std::string(); }
+// "'a', 'b', 'c' and 4 more": the first few of a list of keys.
+std::string some_keys(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 3;
+  std::string s;
+  for (size_t i = 0; i < keys.size() && i < kShown; ++i) s += fmt::format("{}'{}'", i ? ", " : "", one_line(keys[i]));
+  if (keys.size() > kShown) s += fmt::format(" and {} more", keys.size() - kShown);
+  return s;
+}
 
 }  // namespace
 
@@ -159,17 +166,6 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   return ck;
 }
-
-namespace {
-// "'a', 'b', 'c' and 4 more": the first few of a list of keys.
-std::string some_keys(const std::vector<std::string>& keys) {
-  constexpr size_t kShown = 3;
-  std::string s;
-  for (size_t i = 0; i < keys.size() && i < kShown; ++i) s += fmt::format("{}'{}'", i ? ", " : "", one_line(keys[i]));
-  if (keys.size() > kShown) s += fmt::format(" and {} more", keys.size() - kShown);
-  return s;
-}
-}  // namespace
 
 std::string load_model_state(const Checkpoint& ck, nn::Module& model, const std::string& model_name) {
   const std::string& path = ck.path;

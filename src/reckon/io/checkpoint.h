@@ -80,7 +80,8 @@ Checkpoint read_checkpoint(const std::string& path);
 // (when it has one) equals model_name, no key is missing or unexpected, every shape matches.
 // On any problem it throws one line, e.g.
 //   "run/last.safetensors: tensor 'classifier.5.weight' has shape [100, 84] but lenet5 has [10, 84]"
-//   "run/last.safetensors: missing tensor 'features.3.bias' of lenet5 (and 2 more)"
+//   "run/w.safetensors: missing tensor 'features.3.bias' of lenet5; unexpected tensor 'features.3.b' (lenet5 has
+//    no such parameter or buffer)"
 // and the model is unchanged. Missing and unexpected keys are both listed (the first few of each).
 // A plain state dict whose every key starts with "module." (torch.nn.DataParallel's) is read
 // without the prefix when that is what matches; the return value then says so ("" otherwise).

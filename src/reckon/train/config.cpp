@@ -73,17 +73,17 @@ void apply_saved_config(TrainConfig& c, const json& j, data::Normalize& norm, co
   read(kNormalizeStdKey, norm.std, true);
 }
 
+std::optional<OptimizerDefaults> optimizer_defaults(const std::string& optimizer) {
+  if (optimizer == "sgd") return OptimizerDefaults{kSgdRecipeLr, kSgdRecipeWeightDecay};
+  if (optimizer == "adam") return OptimizerDefaults{optim::AdamOptions{}.lr, optim::AdamOptions{}.weight_decay};
+  if (optimizer == "adamw") return OptimizerDefaults{optim::AdamWOptions{}.lr, optim::AdamWOptions{}.weight_decay};
+  return std::nullopt;
+}
+
 std::string apply_optimizer_defaults(TrainConfig& c) {
-  double lr = 0, wd = 0;
-  if (c.optimizer == "sgd") {
-    lr = kSgdRecipeLr, wd = kSgdRecipeWeightDecay;
-  } else if (c.optimizer == "adam") {
-    lr = optim::AdamOptions{}.lr, wd = optim::AdamOptions{}.weight_decay;
-  } else if (c.optimizer == "adamw") {
-    lr = optim::AdamWOptions{}.lr, wd = optim::AdamWOptions{}.weight_decay;
-  } else {
-    return "";
-  }
+  const std::optional<OptimizerDefaults> d = optimizer_defaults(c.optimizer);
+  if (!d) return "";
+  const double lr = d->lr, wd = d->weight_decay;
   std::vector<std::string> chose;
   if (std::isnan(c.lr)) c.lr = lr, chose.push_back(fmt::format("lr {}", lr));
   if (std::isnan(c.weight_decay)) c.weight_decay = wd, chose.push_back(fmt::format("weight decay {}", wd));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "reckon/data/loader.h"
@@ -76,6 +77,11 @@ nlohmann::json config_json(const TrainConfig& c, const data::Normalize& norm);
 // On --resume: the numbers fields and the normalisation from j (a config_json), into c and
 // norm. Throws naming path when j lacks one (numbers_or_default ones: the default then).
 void apply_saved_config(TrainConfig& c, const nlohmann::json& j, data::Normalize& norm, const std::string& path);
+// An optimizer's lr and weight decay when not given (above); nullopt for an unknown name.
+struct OptimizerDefaults {
+  double lr, weight_decay;
+};
+std::optional<OptimizerDefaults> optimizer_defaults(const std::string& optimizer);
 // Sets lr and weight_decay where they are kOptimizerDefault to c.optimizer's defaults (above).
 // Returns what it chose, e.g. "lr 0.001 and weight decay 0.01 are adamw's defaults", or "" when
 // both were given (or the optimizer is unknown: validate names it).

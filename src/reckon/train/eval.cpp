@@ -37,6 +37,43 @@ int64_t count_correct(const Tensor& logits, const Tensor& y, std::vector<int64_t
   return right;
 }
 
+BatchEngines::BatchEngines(nn::Module& model) : model_(model) {}
+BatchEngines::~BatchEngines() = default;
+
+Tensor BatchEngines::run(const Tensor& x) {
+  auto it = std::find_if(engines_.begin(), engines_.end(), [&](const auto& e) { return e.first == x.size(0); });
+  if (it == engines_.end()) {
+    engines_.emplace_back(x.size(0), std::make_unique<engine::Engine>(engine::make_program(model_, x.shape())));
+    it = engines_.end() - 1;
+  }
+  return it->second->run(x);
+}
+
+std::optional<StoredNormalize> checkpoint_normalization(const io::Checkpoint& ck, int64_t channels,
+                                                        const std::string& against) {
+  if (!ck.has_training_state) return std::nullopt;
+  const std::string& path = ck.path;
+  json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", path));
+  if (!c.contains(kNormalizeMeanKey) || !c.contains(kNormalizeStdKey)) return std::nullopt;
+  StoredNormalize s;
+  try {
+    s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
+    s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
+  } catch (const json::exception&) {
+    throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers (they are {} and {})", path,
+                            kNormalizeMeanKey, kNormalizeStdKey,
+                            c[kNormalizeMeanKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
+                            c[kNormalizeStdKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80)));
+  }
+  RK_CHECK(s.norm.mean.size() == s.norm.std.size() && (s.norm.mean.empty() || int64_t(s.norm.mean.size()) == channels),
+           "{}: its normalisation has {} means and {} stds but {} has {} channels", path, s.norm.mean.size(),
+           s.norm.std.size(), against, channels);
+  s.described = s.norm.mean.empty() ? "none, as the checkpoint's run trained"
+                                    : fmt::format("the checkpoint's: mean {} std {}", fmt_floats(s.norm.mean),
+                                                  fmt_floats(s.norm.std));
+  return s;
+}
+
 EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Normalize& normalize, int64_t batch,
                     DType precision, bool keep_outputs, bool use_engine) {
   auto t0 = Clock::now();
@@ -59,16 +96,8 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& ds, const data::Norm
   data::Batch b;
   use_engine = use_engine && precision == DType::f32 && model.device() == Device::cpu;
   r.runner = use_engine ? "engine" : "eager";
-  std::vector<std::pair<int64_t, std::unique_ptr<engine::Engine>>> engines;  // by batch size
-  auto forward = [&](const Tensor& x) {
-    if (!use_engine) return model(x);
-    auto it = std::find_if(engines.begin(), engines.end(), [&](const auto& e) { return e.first == x.size(0); });
-    if (it == engines.end()) {
-      engines.emplace_back(x.size(0), std::make_unique<engine::Engine>(engine::make_program(model, x.shape())));
-      it = engines.end() - 1;
-    }
-    return it->second->run(contiguous(x));
-  };
+  BatchEngines engines(model);
+  auto forward = [&](const Tensor& x) { return use_engine ? engines.run(contiguous(x)) : model(x); };
   {
     NoGrad ng;
     Autocast ac(precision);
@@ -119,10 +148,15 @@ std::string format_confusion(const EvalResult& r) {
 
 EvalSetup prepare_evaluation(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
                              const std::string& normalize) {
+  return prepare_evaluation(model_name, checkpoint.empty() ? io::Checkpoint{} : io::read_checkpoint(checkpoint), spec,
+                            normalize);
+}
+
+EvalSetup prepare_evaluation(const std::string& model_name, const io::Checkpoint& ck, const std::string& spec,
+                             const std::string& normalize) {
+  const std::string& checkpoint = ck.path;
   RK_CHECK(!checkpoint.empty() || onnx::is_onnx_path(model_name),
            "--checkpoint is required for the zoo model {} (an .onnx file carries its own weights)", model_name);
-  io::Checkpoint ck;
-  if (!checkpoint.empty()) ck = io::read_checkpoint(checkpoint);
   EvalSetup s;
   s.test = data::open_dataset(spec, false, 0);
   Shape chw = s.test->sample_shape();
@@ -130,27 +164,11 @@ EvalSetup prepare_evaluation(const std::string& model_name, const std::string& c
   forward_macs(model_name, chw[0], K, chw);  // fits?
   s.model = onnx::make_model(model_name, {.num_classes = K, .in_channels = chw[0]});
   if (!checkpoint.empty()) s.weights_note = io::load_model_state(ck, *s.model, model_name);
-  const bool has_figures =
-      normalize == "auto" && ck.has_training_state && [&] {
-        json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", checkpoint));
-        return c.contains(kNormalizeMeanKey) && c.contains(kNormalizeStdKey);
-      }();
-  if (has_figures) {
-    json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", checkpoint));
-    try {
-      s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-      s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
-    } catch (const json::exception&) {
-      throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers (they are {} and {})",
-                              checkpoint, kNormalizeMeanKey, kNormalizeStdKey,
-                              c[kNormalizeMeanKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80),
-                              c[kNormalizeStdKey].dump(-1, ' ', true, json::error_handler_t::replace).substr(0, 80)));
-    }
-    RK_CHECK(int64_t(s.norm.mean.size()) == chw[0] || s.norm.mean.empty(),
-             "{}: its normalisation has {} channels but --data {} has {}", checkpoint, s.norm.mean.size(), spec, chw[0]);
-    s.normalization = s.norm.mean.empty() ? "none, as the checkpoint's run trained"
-                                          : fmt::format("the checkpoint's: mean {} std {}", fmt_floats(s.norm.mean),
-                                                        fmt_floats(s.norm.std));
+  std::optional<StoredNormalize> stored;
+  if (normalize == "auto") stored = checkpoint_normalization(ck, chw[0], "--data " + spec);
+  if (stored) {
+    s.norm = std::move(stored->norm);
+    s.normalization = std::move(stored->described);
   } else if (normalize != "none") {
     auto train_set = data::open_dataset(spec, true, 0);
     s.norm = parse_normalize(normalize, *train_set);

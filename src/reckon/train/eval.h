@@ -4,13 +4,20 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reckon/core/tensor.h"
 #include "reckon/data/dataset.h"
 #include "reckon/data/loader.h"
+#include "reckon/io/checkpoint.h"
 #include "reckon/nn/module.h"
+
+namespace reckon::engine {
+class Engine;
+}
 
 namespace reckon::train {
 
@@ -57,6 +64,33 @@ struct EvalSetup {
 };
 EvalSetup prepare_evaluation(const std::string& model_name, const std::string& checkpoint, const std::string& spec,
                              const std::string& normalize = "auto");
+// The same with the checkpoint already read (ck.path empty: none, for an .onnx file's own weights).
+EvalSetup prepare_evaluation(const std::string& model_name, const io::Checkpoint& ck, const std::string& spec,
+                             const std::string& normalize = "auto");
+
+// A training checkpoint's own normalisation (its config's normalize_mean / normalize_std) and
+// what to call it ("the checkpoint's: mean [..] std [..]", or "none, as the checkpoint's run
+// trained"); nullopt when it keeps none (a state dict, an older file). Throws naming the file when
+// the figures are not lists of numbers or do not fit `channels` (`against` names what has them).
+struct StoredNormalize {
+  data::Normalize norm;
+  std::string described;
+};
+std::optional<StoredNormalize> checkpoint_normalization(const io::Checkpoint& ck, int64_t channels,
+                                                        const std::string& against);
+
+// A model run through the inference engine, one engine per batch size, each built on first use
+// from the model's weights as they are then (evaluation and `reckon predict` share it).
+class BatchEngines {
+ public:
+  explicit BatchEngines(nn::Module& model);
+  ~BatchEngines();
+  Tensor run(const Tensor& x);  // x contiguous (N, C, H, W)
+
+ private:
+  nn::Module& model_;
+  std::vector<std::pair<int64_t, std::unique_ptr<engine::Engine>>> engines_;
+};
 
 // The confusion matrix as text, with class names.
 std::string format_confusion(const EvalResult& r);

@@ -7,8 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "reckon/core/json.h"
-#include "reckon/engine/engine.h"
-#include "reckon/engine/program.h"
 #include "reckon/io/checkpoint.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
@@ -80,27 +78,16 @@ bool setup_from_checkpoint(const PredictArgs& a, const io::Checkpoint& ck, EvalS
   } else {
     for (int64_t k = 0; k < K; ++k) names.push_back(std::to_string(k));
   }
-  s.model = onnx::make_model(a.model, {.num_classes = K, .in_channels = chw[0]});
-  s.weights_note = io::load_model_state(ck, *s.model, a.model);
   if (a.normalize == "auto") {
-    json c = parse_json(ck.info.config_json, fmt::format("{}: metadata 'config'", path));
-    if (!c.contains(kNormalizeMeanKey) || !c.contains(kNormalizeStdKey)) return false;
-    try {
-      s.norm.mean = c[kNormalizeMeanKey].get<std::vector<float>>();
-      s.norm.std = c[kNormalizeStdKey].get<std::vector<float>>();
-    } catch (const json::exception&) {
-      throw Error(fmt::format("{}: metadata 'config': {} and {} must be lists of numbers", path, kNormalizeMeanKey,
-                              kNormalizeStdKey));
-    }
-    RK_CHECK(s.norm.mean.size() == s.norm.std.size() && (s.norm.mean.empty() || int64_t(s.norm.mean.size()) == chw[0]),
-             "{}: its normalisation has {} means and {} stds for {} channels", path, s.norm.mean.size(),
-             s.norm.std.size(), chw[0]);
-    s.normalization = s.norm.mean.empty() ? "none, as the checkpoint's run trained"
-                                          : fmt::format("the checkpoint's: mean {} std {}", fmt_floats(s.norm.mean),
-                                                        fmt_floats(s.norm.std));
+    std::optional<StoredNormalize> stored = checkpoint_normalization(ck, chw[0], "its input " + shape_str(chw));
+    if (!stored) return false;
+    s.norm = std::move(stored->norm);
+    s.normalization = std::move(stored->described);
   } else {
     s.normalization = "none, as given";
   }
+  s.model = onnx::make_model(a.model, {.num_classes = K, .in_channels = chw[0]});
+  s.weights_note = io::load_model_state(ck, *s.model, a.model);
   return true;
 }
 
@@ -163,7 +150,7 @@ PredictResult predict(const PredictArgs& a) {
       if (c.contains("data") && c["data"].is_string()) data = c["data"].get<std::string>();
     }
     if (data.empty()) data = "fashion-mnist";
-    s = prepare_evaluation(a.model, a.checkpoint, data, a.normalize);
+    s = prepare_evaluation(a.model, ck, data, a.normalize);  // the file read once
     chw = s.test->sample_shape();
     res.class_names = s.test->class_names();
   }
@@ -173,7 +160,7 @@ PredictResult predict(const PredictArgs& a) {
   const int64_t C = chw[0], H = chw[1], W = chw[2], K = int64_t(res.class_names.size());
   const int64_t top = std::min(a.top, K);
   s.model->eval();
-  std::vector<std::pair<int64_t, std::unique_ptr<engine::Engine>>> engines;  // by batch size
+  BatchEngines engines(*s.model);
   NoGrad ng;
   for (size_t first = 0; first < files.size(); first += size_t(a.batch)) {
     const int64_t n = std::min<int64_t>(a.batch, int64_t(files.size() - first));
@@ -191,12 +178,7 @@ PredictResult predict(const PredictArgs& a) {
       std::copy(v.begin(), v.end(), px + i * C * H * W);
       res.images.push_back(std::move(p));
     }
-    auto it = std::find_if(engines.begin(), engines.end(), [&](const auto& e) { return e.first == n; });
-    if (it == engines.end()) {
-      engines.emplace_back(n, std::make_unique<engine::Engine>(engine::make_program(*s.model, x.shape())));
-      it = engines.end() - 1;
-    }
-    const Tensor logits = contiguous(it->second->run(x));
+    const Tensor logits = contiguous(engines.run(x));
     RK_CHECK(logits.dim() == 2 && logits.size(0) == n && logits.size(1) == K,
              "{}: the model gives outputs of shape {}, not ({}, {}) for its {} classes", a.model,
              shape_str(logits.shape()), n, K, K);

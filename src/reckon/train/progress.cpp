@@ -73,21 +73,16 @@ void Display::step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches
   }
 }
 
-void Display::line(const std::string& s) {
+void Display::print(std::FILE* to, const std::string& s) {
   if (!verbose_) return;
   if (bar_ && drawn_) std::fprintf(stderr, "\r\033[K");
   drawn_ = false;
-  std::fprintf(stderr, "%s\n", s.c_str());
   std::fflush(stderr);
+  std::fprintf(to, "%s\n", s.c_str());
+  std::fflush(to);
 }
 
-void Display::result(const std::string& s) {
-  if (!verbose_) return;
-  if (bar_ && drawn_) std::fprintf(stderr, "\r\033[K");
-  drawn_ = false;
-  std::fflush(stderr);
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
-}
+void Display::line(const std::string& s) { print(stderr, s); }
+void Display::result(const std::string& s) { print(stdout, s); }
 
 }  // namespace reckon::train

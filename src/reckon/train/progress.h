@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -53,6 +54,8 @@ class Display {
   void result(const std::string& s);
 
  private:
+  // s on `to` after ending the bar's line (the bar is on stderr).
+  void print(std::FILE* to, const std::string& s);
   bool verbose_, bar_ = false, drawn_ = false;
   int64_t print_every_;
   Clock::time_point last_{};

@@ -481,7 +481,7 @@ void warn_if_at_chance(Run& r, const EpochStats& es) {
   const bool learnt = es.train_loss < 0.9 * std::log(K) || es.train_accuracy > 1.5 / K;  // NaN loss: not learnt
   if (learnt) return;
   const TrainConfig& cfg = r.cfg;
-  const double def = cfg.optimizer == "sgd" ? kSgdRecipeLr : optim::AdamOptions{}.lr;
+  const double def = optimizer_defaults(cfg.optimizer).value().lr;  // validated before the run
   const double try_lr = cfg.lr > def ? def : cfg.lr / 10;
   std::string w = fmt::format("warning: epoch 1 ended at chance (train loss {:.4f}, ln {} = {:.4f}; train accuracy "
                               "{:.2f}%, 1/{} = {:.2f}%): lr {} is likely too high for {}; try --lr {}",
