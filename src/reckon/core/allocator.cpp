@@ -161,9 +161,21 @@ Storage::Storage(Device d, int64_t bytes, Tag t) : bytes_(bytes), device_(d), ta
   tracker(d).on_alloc(t, bytes);
 }
 
+Storage::Storage(Device d, void* data, int64_t bytes, Tag t, std::function<void()> release)
+    : data_(data), bytes_(bytes), device_(d), tag_(t), release_(std::move(release)) {
+  RK_CHECK(d == Device::cpu, "[alloc] borrowed memory must be host memory, not {}", device_name(d));
+  RK_CHECK(bytes >= 0 && (data != nullptr || bytes == 0), "[alloc] borrowed block of {} bytes at {}", bytes, data);
+  RK_CHECK(bool(release_), "[alloc] a borrowed block needs a release");
+  tracker(d).on_alloc(t, bytes);
+}
+
 Storage::~Storage() {
   tracker(device_).on_free(tag_, bytes_);
-  host_free(data_, size_t(bytes_));
+  if (release_) {
+    release_();
+  } else {
+    host_free(data_, size_t(bytes_));
+  }
 }
 
 void Storage::retag(Tag t) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,11 @@ class TagGuard {
 class Storage {
  public:
   Storage(Device d, int64_t bytes, Tag t);
+  // A host block that borrows memory another library owns (a numpy array's, a torch tensor's:
+  // the Python package's zero-copy exchange). It is accounted under its tag like any other;
+  // `release` runs instead of a free when the last handle goes (it drops the owner's reference).
+  // requires: d is cpu, data non-null unless bytes is 0, release callable.
+  Storage(Device d, void* data, int64_t bytes, Tag t, std::function<void()> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -97,6 +103,7 @@ class Storage {
   int64_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   Tag tag() const { return tag_; }
+  bool borrowed() const { return bool(release_); }
   void retag(Tag t);
   void add_saved_ref();
   void drop_saved_ref();
@@ -107,6 +114,7 @@ class Storage {
   Device device_;
   Tag tag_;
   int saved_refs_ = 0;
+  std::function<void()> release_;  // borrowed memory: how to hand it back (empty: ours)
 };
 
 }  // namespace reckon

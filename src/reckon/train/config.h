@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,12 +50,25 @@ inline constexpr double kOptimizerDefault = std::numeric_limits<double>::quiet_N
 inline constexpr double kSgdRecipeLr = 0.05;
 inline constexpr double kSgdRecipeWeightDecay = 5e-4;
 
+// What one optimizer step did, for TrainConfig::on_step.
+struct StepReport {
+  int64_t step = 0;             // steps done in all (1-based: this step's number)
+  int64_t epoch = 0;            // 1-based
+  int64_t batch = 0, batches = 0;  // micro-batches of the epoch done, of how many
+  double loss = 0;              // the step's mean loss over its micro-batches
+  double lr = 0;
+  int64_t samples = 0;          // images in the step
+};
+
 struct TrainConfig {
 #define RK_TRAIN_FIELD(type, name, def, keep, cli, help) type name = def;
 #include "reckon/train/config_fields.h"
 #undef RK_TRAIN_FIELD
   // Not a setting: set from elsewhere (a SIGINT handler) to stop at the next step, with a checkpoint.
   std::atomic<bool>* stop_flag = nullptr;
+  // Not a setting: called after every optimizer step (the Python package's callback); returning
+  // false stops the run as stop_flag does, with a checkpoint. Empty: none.
+  std::function<bool(const StepReport&)> on_step;
 };
 
 // Calls f(info, member, default_value) for each field of config_fields.h, in its order.

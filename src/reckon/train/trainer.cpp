@@ -582,7 +582,11 @@ bool run_epoch(Run& r, int64_t epoch, int64_t skip) {
     r.show.step(epoch + 1, cfg.epochs, s.last, r.nb, r.prog.step, r.epoch_run.loss(), r.epoch_run.accuracy(),
                 double(t.epoch_images) / std::max(1e-9, seconds_since(t.epoch_t0)), eta);
 
-    const bool stop = (cfg.stop_after > 0 && r.prog.step >= cfg.stop_after) || (cfg.stop_flag && cfg.stop_flag->load());
+    bool stop = (cfg.stop_after > 0 && r.prog.step >= cfg.stop_after) || (cfg.stop_flag && cfg.stop_flag->load());
+    if (cfg.on_step &&
+        !cfg.on_step({.step = r.prog.step, .epoch = epoch + 1, .batch = s.last, .batches = r.nb,
+                      .loss = r.res.losses.back(), .lr = s.lr, .samples = s.n}))
+      stop = true;
     if (stop || (cfg.checkpoint_every > 0 && r.prog.step % cfg.checkpoint_every == 0)) save(r, epoch, s.last);
     if (stop) {
       stopped(r, epoch, s.last);
