@@ -564,3 +564,35 @@ TEST(Ledger, ModuleOverload) {
   c.measure = true;
   EXPECT_NE(error_of([&] { ledger(*meta, {1, 28, 28}, c); }).find("cpu"), std::string::npos);
 }
+
+// The memory timeline (what --html draws): one sample per node of the captured step, in its order,
+// with the step's own accounts: parameters constant, nothing above the ledger's peak (which may be
+// reached inside a kernel), and within 10% of it after some node.
+TEST(Ledger, TimelineIsTheAccountsAfterEachNode) {
+  LedgerConfig cfg;
+  cfg.batch = 8;
+  Ledger l = ledger("resnet18_cifar", cfg);
+  ASSERT_EQ(l.timeline.size(), l.graph->nodes.size());
+  int64_t most = 0;
+  for (size_t i = 0; i < l.timeline.size(); ++i) {
+    const LedgerMemSample& s = l.timeline[i];
+    EXPECT_EQ(s.node, int(i));
+    EXPECT_EQ(s.phase, l.graph->nodes[i].phase) << "node " << i;
+    EXPECT_EQ(s.live_bytes[size_t(Tag::param)], l.memory.at_peak_bytes[size_t(Tag::param)]) << "node " << i;
+    int64_t t = 0;
+    for (int64_t b : s.live_bytes) {
+      EXPECT_GE(b, 0);
+      t += b;
+    }
+    most = std::max(most, t);
+  }
+  EXPECT_LE(most, l.memory.peak_bytes);
+  EXPECT_GE(double(most), 0.9 * double(l.memory.peak_bytes));
+  EXPECT_EQ(l.timeline.front().phase, Phase::forward);
+  EXPECT_EQ(l.timeline.back().phase, Phase::optimizer);
+  // The page draws every tag and the peak it was given.
+  const std::string html = ledger_html(l);
+  for (int i = 0; i < kNumTags; ++i)
+    EXPECT_NE(html.find(fmt::format("data-series=\"tag-{}\"", tag_name(Tag(i)))), std::string::npos) << i;
+  EXPECT_NE(html.find("peak " + format_mib(l.memory.peak_bytes)), std::string::npos);
+}

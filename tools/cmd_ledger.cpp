@@ -9,6 +9,7 @@
 #include "reckon/core/error.h"
 #include "reckon/ledger/inference.h"
 #include "reckon/ledger/ledger.h"
+#include "reckon/onnx/export.h"
 
 using namespace reckon;
 
@@ -37,6 +38,7 @@ struct LedgerArgs {
   bool inference = false;
   std::vector<std::string> passes{"all"};
   bool plain_layouts = false;
+  std::string html;
 };
 
 // --inference: the deployment ledger (ledger/inference.h).
@@ -84,6 +86,10 @@ int run(const LedgerArgs& a) {
   }
   if (a.inference) return run_inference(a);
   Ledger l = ledger(a.model, cfg);
+  if (!a.html.empty()) {
+    onnx::write_file_atomic(a.html, ledger_html(l));
+    std::fprintf(stderr, "wrote %s\n", a.html.c_str());
+  }
   std::fputs((a.json ? ledger_json(l) : format_ledger(l)).c_str(), stdout);
   return 0;
 }
@@ -117,6 +123,9 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
                 "the deployment ledger: latency, arena and size of the inference engine's forward (with --measure: run it)");
   sub->add_option("--passes", a.passes, "with --inference: engine passes (all, none, or names)")->delimiter(',');
   sub->add_flag("--plain-layouts", a.plain_layouts, "with --inference: keep every value NCHW");
+  sub->add_option("--html", a.html,
+                  "also write the ledger as one self-contained page: memory timeline by tag, roofline, per-layer table")
+      ->excludes(sub->get_option("--inference"));
   return [] { return run(a); };
 });
 

@@ -233,6 +233,7 @@ struct MetaRun {
   std::shared_ptr<graph::Graph> graph;  // the observed step, captured
   std::vector<LedgerOp> ops;            // its nodes as the ledger reads them
   LedgerMemory memory;
+  std::vector<LedgerMemSample> timeline;
   int64_t classes = 0;
   int64_t input_bytes = 0;
 };
@@ -263,6 +264,14 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
     nn::declare_module(cap, model);
     cap.declare(x, graph::ValueKind::input, "x");
     cap.declare(y, graph::ValueKind::input, "target");
+    // After every op the capture records (in the same order, so sample i is node i): the live
+    // accounts by tag, the step's own.
+    ObserveOps sample([&](const OpRecord& rec) {
+      const MemStats s = tracker(Device::meta).stats();
+      LedgerMemSample m{.node = int(r.timeline.size()), .phase = rec.phase};
+      for (int i = 0; i < kNumTags; ++i) m.live_bytes[size_t(i)] = s.live_bytes[size_t(i)] - others.bytes[size_t(i)];
+      r.timeline.push_back(m);
+    });
     r.classes = train_step(model, *opt, scaler.get(), cfg, x, y, &cap);
     r.graph = std::make_shared<graph::Graph>(cap.finish());
   } catch (const Error& e) {
@@ -525,6 +534,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
   MetaRun run = run_on_meta(model, L.input_shape, cfg, label);
   L.num_classes = run.classes;
   L.memory = run.memory;
+  L.timeline = std::move(run.timeline);
   L.totals.batch = cfg.batch * cfg.accum;
   L.totals.input_bytes = run.input_bytes;
   for (const auto& p : model.parameters()) {

@@ -131,6 +131,16 @@ struct LedgerMeasured {
   double best_step_wall_s = 0;       // the fastest timed step, wall clock
 };
 
+// One point of the step's memory timeline: live bytes by tag on the meta device right after an op
+// call of the captured step (node `node` of the graph), tensors alive before the step excluded as
+// in LedgerMemory. Between two calls (inside a kernel) the live total can be higher: the exact peak
+// is LedgerMemory::peak_bytes.
+struct LedgerMemSample {
+  int node = 0;
+  Phase phase = Phase::forward;
+  std::array<int64_t, kNumTags> live_bytes{};
+};
+
 struct Ledger {
   std::string model;             // zoo name or the root module's type name
   std::string model_type;
@@ -140,6 +150,7 @@ struct Ledger {
   std::vector<LedgerRow> rows;
   LedgerTotals totals;
   LedgerMemory memory;           // predicted on the meta device
+  std::vector<LedgerMemSample> timeline;  // after each op of the captured step (what --html draws)
   std::vector<LedgerTime> times; // config.device first, then the other catalog devices
   LedgerMeasured measured;
   // The step it read: the training step captured on the meta device, every op call a node.
@@ -166,6 +177,10 @@ graph::Graph training_step_graph(const std::string& model_name, const LedgerConf
 // The ledger as a text report (what `reckon ledger` prints) and as JSON.
 std::string format_ledger(const Ledger& l);
 std::string ledger_json(const Ledger& l);
+// The ledger as one self-contained HTML page (inline SVG, no script, nothing fetched): the memory
+// timeline stacked by tag with the peak marked, the layers on the device's roofline (predicted,
+// and measured where --measure ran on the cpu), and the per-layer table (ledger/html.cpp).
+std::string ledger_html(const Ledger& l);
 
 // "4GiB", "512MiB", "1.5GB", "1000000" (bytes) -> bytes; throws naming flag when unreadable.
 int64_t parse_bytes(const std::string& text, const std::string& flag);
