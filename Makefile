@@ -5,15 +5,19 @@ JOBS ?= 2
 DEB_PACKAGES := cmake ninja-build g++ libdnnl-dev ocl-icd-opencl-dev libfmt-dev libcli11-dev \
   nlohmann-json3-dev zlib1g-dev libpng-dev libjpeg-dev libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist \
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+# What the tests need beyond the build: a browser for the HTML report's test (tests/python/test_report.py).
+TEST_DEB_PACKAGES := chromium
 # The sanitizer build and the fuzzers (make sanitize, make fuzz): clang with libFuzzer, and the
 # LLVM OpenMP runtime clang's -fopenmp links.
 SAN_PACKAGES := clang-14 libclang-rt-14-dev libomp-14-dev
 # The tests' oracles, from PyPI, for the python3 on PATH: ONNX Runtime runs what reckon exports,
 # torch's exporter writes the torchvision models reckon imports.
-PY_PACKAGES := onnx onnxruntime numpy torch torchvision safetensors
+PY_PACKAGES := onnx onnxruntime numpy torch torchvision safetensors pytest
+# What the build needs for the Python module (python/): nanobind, for the python3 on PATH.
+PY_BUILD_PACKAGES := nanobind scikit-build-core
 PYTHON ?= python3
 
-.PHONY: deps pydeps sandeps build run test bench clean sanitize-configure sanitize-build sanitize fuzz-ci fuzz
+.PHONY: deps pydeps pybuilddeps testdeps sandeps build run test bench clean sanitize-configure sanitize-build sanitize fuzz-ci fuzz
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -26,18 +30,25 @@ deps:
 sandeps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(SAN_PACKAGES)"
 
+testdeps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(TEST_DEB_PACKAGES)"
+
 pydeps:
-	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision, safetensors" 2>/dev/null || \
+	@$(PYTHON) -c "import onnx, onnxruntime, numpy, torch, torchvision, safetensors, pytest" 2>/dev/null || \
 	  { echo "installing (pip): $(PY_PACKAGES)"; $(PYTHON) -m pip install -q $(PY_PACKAGES); }
 
-build: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+pybuilddeps:
+	@$(PYTHON) -c "import nanobind, scikit_build_core" 2>/dev/null || \
+	  { echo "installing (pip): $(PY_BUILD_PACKAGES)"; $(PYTHON) -m pip install -q $(PY_BUILD_PACKAGES); }
+
+build: deps pybuilddeps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
 	ninja -C $(BUILD) -j$(JOBS)
 
 run: build
 	./$(BUILD)/reckon train lenet5 --data fashion-mnist --epochs 2 --out runs/lenet5
 
-test: build pydeps
+test: build pydeps testdeps
 	# Two test processes share two cores: idle OpenMP workers must sleep, not spin.
 	cd $(BUILD) && OMP_WAIT_POLICY=passive RECKON_PYTHON=$(PYTHON) ctest --output-on-failure -j$(JOBS) --timeout 1200
 
@@ -50,7 +61,7 @@ SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 60
 sanitize-configure: deps sandeps
 	CXX=clang++-14 cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DRECKON_SANITIZE=address,undefined -DRECKON_FUZZ=ON >/dev/null
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DRECKON_SANITIZE=address,undefined -DRECKON_FUZZ=ON -DRECKON_PYTHON=OFF >/dev/null
 
 sanitize-build: sanitize-configure
 	ninja -C $(SAN_BUILD) -j$(JOBS)

@@ -1,0 +1,90 @@
+"""reckon.ledger and reckon.plan: the CLI's JSON, the textbook's AlexNet figures, and any PyTorch CNN
+through an ONNX export."""
+import json
+
+import pytest
+import torch
+
+import reckon
+from conftest import cli, cli_json
+
+
+def test_ledger_equals_the_clis_json():
+    want = cli_json("ledger", "resnet18_cifar", "--batch", "8", "--precision", "bf16", "--optimizer", "adamw")
+    got = reckon.ledger("resnet18_cifar", batch=8, precision="bf16", optimizer="adamw")
+    assert got.to_dict() == want
+    assert str(got) == cli("ledger", "resnet18_cifar", "--batch", "8", "--precision", "bf16", "--optimizer",
+                           "adamw").stdout
+    assert got.rows == want["layers"] and got.memory["peak_bytes"] == want["memory"]["peak_bytes"] > 0
+    assert json.loads(got.to_json()) == want
+
+
+def without_step_overhead(j):
+    """The inference ledger less what rests on the engine's per-step overhead, which each process
+    measures afresh (engine_step_overhead_s): the latencies, rates and which steps it bounds."""
+    j = json.loads(json.dumps(j))
+    j.pop("step_overhead_us")
+    for s in j["steps"]:
+        s.pop("predicted_ms"), s.pop("bound")
+    for k in ("predicted_latency_ms", "requests_per_s", "images_per_s"):
+        j["totals"].pop(k)
+    return j
+
+
+def test_inference_ledger_equals_the_clis_json():
+    want = cli_json("ledger", "lenet5", "--batch", "4", "--inference")
+    got = reckon.ledger("lenet5", batch=4, inference=True)
+    assert without_step_overhead(got.to_dict()) == without_step_overhead(want)
+    assert [s["name"] for s in got.rows] == [s["name"] for s in want["steps"]] and len(got.rows) > 0
+    assert got.totals["predicted_latency_ms"] > 0
+
+
+def test_alexnet_figures_of_the_textbook():
+    # The original AlexNet: 62,378,344 parameters; its convolutions 1.08 GMACs per 224x224 image.
+    t = reckon.ledger("alexnet", batch=1).totals
+    assert t["params"] == 62_378_344
+    assert round(t["conv_macs_per_image"] / 1e9, 2) == 1.08
+
+
+def test_to_pandas_or_a_clear_error():
+    l = reckon.ledger("lenet5", batch=64)
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install pandas"):
+            l.to_pandas()
+    else:
+        df = l.to_pandas()
+        assert list(df["scope"]) == [r["scope"] for r in l.rows]
+        assert int(df["fwd_macs"].sum()) == l.totals["fwd_macs"]
+
+
+def test_a_pytorch_module_through_onnx_equals_the_zoo_twin(torch_models):
+    twin = torch_models.build("lenet5")
+    via_torch = reckon.ledger(twin, example_input=torch.randn(16, 1, 28, 28))
+    zoo = reckon.ledger("lenet5", batch=16)
+    for k in ("params", "fwd_macs", "bwd_macs", "saved_bytes", "input_bytes"):
+        assert via_torch.totals[k] == zoo.totals[k], k
+    assert via_torch.memory["peak_bytes"] == zoo.memory["peak_bytes"]
+    assert via_torch.totals["micro_batch"] == 16
+    with pytest.raises(TypeError, match="example_input"):
+        reckon.ledger(twin)
+
+
+def test_plan_equals_the_clis_json():
+    want = cli_json("plan", "resnet18_cifar", "--batch", "64", "--memory", "300MiB")
+    got = reckon.plan("resnet18_cifar", batch=64, memory="300MiB")
+    a, b = got.to_dict(), dict(want)
+    a.pop("search_s"), b.pop("search_s")  # the search's own wall time
+    assert a == b
+    assert got.best == want["ladder"][want["chosen"]]
+    assert reckon.plan("resnet18_cifar", batch=64, memory=300 * 2**20).ladder == want["ladder"]
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(reckon.Error, match="nosuchnet"):
+        reckon.ledger("nosuchnet", batch=1)
+    with pytest.raises(reckon.Error, match="precision"):
+        reckon.ledger("lenet5", batch=1, precision="fp8")
+    with pytest.raises(reckon.Error, match="memory"):
+        reckon.plan("lenet5", batch=8, memory="lots")
