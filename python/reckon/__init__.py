@@ -235,15 +235,30 @@ def ledger(model, batch: Optional[int] = None, *, example_input=None, input: Opt
     measure=True runs the step on this cpu too, html="report.html" also writes the page of
     ``--html`` (memory timeline, roofline, per-layer table). Returns a Ledger whose ``to_dict()``
     equals ``reckon ledger ... --json``."""
+    if inference and html is not None:
+        raise Error("[ledger] html= draws the training step; not with inference=True")
     with tempfile.TemporaryDirectory(prefix="reckon-") as tmp:
         name, ex_batch, ex_chw = _model_arg(model, example_input, tmp)
         b = batch if batch is not None else (ex_batch if ex_batch is not None else 1)
-        chw = list(input) if input is not None else ex_chw
-        data, text = _reckon._ledger(name, int(b), chw, classes or 0, precision, accum, recompute, conv_algo,
-                                     grad_scaler, optimizer, momentum, list(freeze), device, dataset_size, epochs,
-                                     measure, measure_steps, inference, progress,
-                                     os.fspath(html) if html is not None else "")
+        chw = list(input) if input is not None else (ex_chw or [])
+        if inference:
+            data, text = _reckon._inference_ledger(
+                name, _config(_reckon.InferenceConfig(), batch=b, input=chw, device=device, precision=precision,
+                              measure=measure), progress)
+        else:
+            cfg = _config(_reckon.LedgerConfig(), batch=b, input=chw, num_classes=classes or 0, precision=precision,
+                          accum=accum, recompute=recompute, conv_algo=conv_algo, grad_scaler=grad_scaler,
+                          optimizer=optimizer, momentum=momentum, freeze=list(freeze), device=device,
+                          dataset_size=dataset_size, epochs=epochs, measure=measure, measure_steps=measure_steps)
+            data, text = _reckon._ledger(name, cfg, os.fspath(html) if html is not None else "", progress)
     return Ledger(json.loads(data), text)
+
+
+def _config(cfg, **fields):
+    """cfg (a bound C++ config) with its fields set by name."""
+    for k, v in fields.items():
+        setattr(cfg, k, v)
+    return cfg
 
 
 def _bytes(v: Union[int, str], what: str) -> int:
@@ -256,9 +271,11 @@ def plan(model: str, batch: int, memory: Union[int, str], *, device: str = "cpu"
          allow_recompute: bool = True, allow_direct_conv: bool = True, progress: bool = False) -> Plan:
     """The fastest way to train ``model`` at an effective ``batch`` within ``memory`` (bytes, or "8GiB"):
     the ladder of ``reckon plan`` (micro-batch, precision, accumulation, recomputation)."""
-    data, text = _reckon._plan(model, int(batch), _bytes(memory, "memory"), device,
-                               list(input) if input is not None else None, classes or 0, optimizer, momentum,
-                               list(precisions), allow_recompute, allow_direct_conv, progress)
+    cfg = _config(_reckon.PlanConfig(), model=model, batch=int(batch), memory_bytes=_bytes(memory, "memory"),
+                  device=device, input=list(input) if input is not None else [], num_classes=classes or 0,
+                  optimizer=optimizer, momentum=momentum, precisions=list(precisions),
+                  allow_recompute=allow_recompute, allow_direct_conv=allow_direct_conv)
+    data, text = _reckon._plan(cfg, progress)
     return Plan(json.loads(data), text)
 
 

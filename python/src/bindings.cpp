@@ -181,8 +181,6 @@ PyType_Slot tensor_slots[] = {{Py_bf_getbuffer, (void*)tensor_getbuffer},
                               {Py_bf_releasebuffer, (void*)tensor_releasebuffer},
                               {0, nullptr}};
 
-Shape shape_arg(const std::optional<std::vector<int64_t>>& v) { return v ? Shape(v->begin(), v->end()) : Shape{}; }
-
 // ---- the verbs ----
 
 std::function<void(const std::string&)> progress_fn(bool on) {
@@ -190,70 +188,28 @@ std::function<void(const std::string&)> progress_fn(bool on) {
   return [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
 }
 
-// The ledger's JSON and its text report, as `reckon ledger --json` and `reckon ledger` print them.
-std::pair<std::string, std::string> run_ledger(const std::string& model, int64_t batch,
-                                               std::optional<std::vector<int64_t>> input, int64_t classes,
-                                               const std::string& precision, int64_t accum, bool recompute,
-                                               const std::string& conv_algo, const std::string& grad_scaler,
-                                               const std::string& optimizer, double momentum,
-                                               const std::vector<std::string>& freeze, const std::string& device,
-                                               int64_t dataset_size, int64_t epochs, bool measure,
-                                               int measure_steps, bool inference, bool progress,
-                                               const std::string& html) {
+// The ledger's JSON and its text report, as `reckon ledger --json` and `reckon ledger` print them;
+// with html, the page of --html too. The configs are bound as classes whose fields Python sets by
+// name (python/reckon/__init__.py), so no argument list has to be kept in step with them.
+std::pair<std::string, std::string> run_ledger(const std::string& model, LedgerConfig cfg, const std::string& html,
+                                               bool progress) {
   nb::gil_scoped_release nogil;
-  RK_CHECK(!(inference && !html.empty()), "[ledger] html= draws the training step; not with inference=True");
-  if (inference) {
-    InferenceConfig cfg;
-    cfg.batch = batch;
-    cfg.input = shape_arg(input);
-    cfg.precision = precision;
-    cfg.device = device;
-    cfg.measure = measure;
-    cfg.progress = progress_fn(progress);
-    InferenceLedger l = inference_ledger(model, cfg);
-    return {inference_json(l), format_inference(l)};
-  }
-  LedgerConfig cfg;
-  cfg.batch = batch;
-  cfg.input = shape_arg(input);
-  cfg.num_classes = classes;
-  cfg.precision = precision;
-  cfg.accum = accum;
-  cfg.recompute = recompute;
-  cfg.conv_algo = conv_algo;
-  cfg.grad_scaler = grad_scaler;
-  cfg.optimizer = optimizer;
-  cfg.momentum = momentum;
-  cfg.freeze = freeze;
-  cfg.device = device;
-  cfg.dataset_size = dataset_size;
-  cfg.epochs = epochs;
-  cfg.measure = measure;
-  cfg.measure_steps = measure_steps;
   cfg.progress = progress_fn(progress);
   Ledger l = ledger(model, cfg);
   if (!html.empty()) onnx::write_file_atomic(html, ledger_html(l));
   return {ledger_json(l), format_ledger(l)};
 }
 
-std::pair<std::string, std::string> run_plan(const std::string& model, int64_t batch, int64_t memory_bytes,
-                                             const std::string& device, std::optional<std::vector<int64_t>> input,
-                                             int64_t classes, const std::string& optimizer, double momentum,
-                                             const std::vector<std::string>& precisions, bool allow_recompute,
-                                             bool allow_direct_conv, bool progress) {
+std::pair<std::string, std::string> run_inference_ledger(const std::string& model, InferenceConfig cfg,
+                                                         bool progress) {
   nb::gil_scoped_release nogil;
-  PlanConfig cfg;
-  cfg.model = model;
-  cfg.batch = batch;
-  cfg.memory_bytes = memory_bytes;
-  cfg.device = device;
-  cfg.input = shape_arg(input);
-  cfg.num_classes = classes;
-  cfg.optimizer = optimizer;
-  cfg.momentum = momentum;
-  cfg.precisions = precisions;
-  cfg.allow_recompute = allow_recompute;
-  cfg.allow_direct_conv = allow_direct_conv;
+  cfg.progress = progress_fn(progress);
+  InferenceLedger l = inference_ledger(model, cfg);
+  return {inference_json(l), format_inference(l)};
+}
+
+std::pair<std::string, std::string> run_plan(PlanConfig cfg, bool progress) {
+  nb::gil_scoped_release nogil;
   cfg.progress = progress_fn(progress);
   Plan p = plan(cfg);
   return {plan_json(p), format_plan(p)};
@@ -476,8 +432,47 @@ NB_MODULE(_reckon, m) {
           return std::vector<int64_t>(s.begin(), s.end());
         },
         nb::arg("name"), nb::arg("in_channels") = 0);
-  m.def("_ledger", &run_ledger);
-  m.def("_plan", &run_plan);
+  nb::class_<LedgerConfig>(m, "LedgerConfig", "the settings of reckon ledger (ledger/ledger.h)")
+      .def(nb::init<>())
+      .def_rw("batch", &LedgerConfig::batch)
+      .def_rw("input", &LedgerConfig::input)
+      .def_rw("num_classes", &LedgerConfig::num_classes)
+      .def_rw("precision", &LedgerConfig::precision)
+      .def_rw("accum", &LedgerConfig::accum)
+      .def_rw("recompute", &LedgerConfig::recompute)
+      .def_rw("conv_algo", &LedgerConfig::conv_algo)
+      .def_rw("grad_scaler", &LedgerConfig::grad_scaler)
+      .def_rw("optimizer", &LedgerConfig::optimizer)
+      .def_rw("freeze", &LedgerConfig::freeze)
+      .def_rw("momentum", &LedgerConfig::momentum)
+      .def_rw("device", &LedgerConfig::device)
+      .def_rw("dataset_size", &LedgerConfig::dataset_size)
+      .def_rw("epochs", &LedgerConfig::epochs)
+      .def_rw("measure", &LedgerConfig::measure)
+      .def_rw("measure_steps", &LedgerConfig::measure_steps);
+  nb::class_<InferenceConfig>(m, "InferenceConfig", "the settings of reckon ledger --inference (ledger/inference.h)")
+      .def(nb::init<>())
+      .def_rw("batch", &InferenceConfig::batch)
+      .def_rw("input", &InferenceConfig::input)
+      .def_rw("device", &InferenceConfig::device)
+      .def_rw("precision", &InferenceConfig::precision)
+      .def_rw("measure", &InferenceConfig::measure);
+  nb::class_<PlanConfig>(m, "PlanConfig", "the settings of reckon plan (ledger/plan.h)")
+      .def(nb::init<>())
+      .def_rw("model", &PlanConfig::model)
+      .def_rw("batch", &PlanConfig::batch)
+      .def_rw("memory_bytes", &PlanConfig::memory_bytes)
+      .def_rw("device", &PlanConfig::device)
+      .def_rw("input", &PlanConfig::input)
+      .def_rw("num_classes", &PlanConfig::num_classes)
+      .def_rw("optimizer", &PlanConfig::optimizer)
+      .def_rw("momentum", &PlanConfig::momentum)
+      .def_rw("precisions", &PlanConfig::precisions)
+      .def_rw("allow_recompute", &PlanConfig::allow_recompute)
+      .def_rw("allow_direct_conv", &PlanConfig::allow_direct_conv);
+  m.def("_ledger", &run_ledger, nb::arg("model"), nb::arg("config"), nb::arg("html"), nb::arg("progress"));
+  m.def("_inference_ledger", &run_inference_ledger, nb::arg("model"), nb::arg("config"), nb::arg("progress"));
+  m.def("_plan", &run_plan, nb::arg("config"), nb::arg("progress"));
   m.def("_train", &run_train, nb::arg("options"), nb::arg("on_step") = nb::none());
   m.def("_train_options", &train_options);
   m.def("_parse_bytes", &parse_bytes, nb::arg("text"), nb::arg("what"));
