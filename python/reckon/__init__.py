@@ -251,6 +251,9 @@ def ledger(model, batch: Optional[int] = None, *, example_input=None, input: Opt
                           optimizer=optimizer, momentum=momentum, freeze=list(freeze), device=device,
                           dataset_size=dataset_size, epochs=epochs, measure=measure, measure_steps=measure_steps)
             data, text = _reckon._ledger(name, cfg, os.fspath(html) if html is not None else "", progress)
+        if ex_batch is not None:  # a torch module: named by its class, not by the temporary file
+            label = f"{type(model).__name__} (torch)"
+            data, text = data.replace(json.dumps(name)[1:-1], label), text.replace(name, label)
     return Ledger(json.loads(data), text)
 
 

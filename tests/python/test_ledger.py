@@ -67,6 +67,7 @@ def test_a_pytorch_module_through_onnx_equals_the_zoo_twin(torch_models):
         assert via_torch.totals[k] == zoo.totals[k], k
     assert via_torch.memory["peak_bytes"] == zoo.memory["peak_bytes"]
     assert via_torch.totals["micro_batch"] == 16
+    assert via_torch.model == f"{type(twin).__name__} (torch)" and "(torch)" in str(via_torch)
     with pytest.raises(TypeError, match="example_input"):
         reckon.ledger(twin)
 
