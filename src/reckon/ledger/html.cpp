@@ -262,7 +262,7 @@ std::string ledger_html(const Ledger& l) {
   o += R"(<style>body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;)"
        R"(margin-top:28px}svg{display:block;background:#fff}svg text{font:11px sans-serif;fill:#333}svg .label{font-weight:)"
        R"(bold}table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #ddd;padding:2px 8px;text-align:)"
-       R"(right;white-space:nowrap}td:first-child,td:nth-child(2),th:first-child,th:nth-child(2){text-align:left}.legend span{margin-right:14px}.legend i{)"
+       R"(right;white-space:nowrap}td:first-child,td:nth-child(2),th:first-child,th:nth-child(2){text-align:left}.legend span{margin-right:14px;white-space:nowrap}.legend i{)"
        R"(display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}dl{display:grid;grid-template-)"
        R"(columns:max-content auto;gap:2px 14px}dt{color:#666}dd{margin:0}</style></head><body>)";
   o += fmt::format("<h1>{}: one training step, batch {}</h1>", esc(l.model), l.config.batch);
