@@ -118,7 +118,11 @@ Tensor as_tensor(nb::handle obj) {
   Tensor t;
   if (nb::try_cast<Tensor>(obj, t)) return t;
   nb::ndarray<nb::device::cpu> a;
-  if (!nb::try_cast(obj, a, /*convert=*/false))
+  if (nb::ndarray<nb::ro, nb::device::cpu> ro; !nb::try_cast(obj, a, /*convert=*/false) &&
+                                               nb::try_cast(obj, ro, /*convert=*/false))
+    throw nb::value_error("[tensor] a read-only array is not shared (a reckon tensor is writable): pass a copy, "
+                          "e.g. numpy.array(a)");
+  if (!a.is_valid())
     throw nb::type_error(("expected a reckon.Tensor, a numpy array or a torch tensor on the cpu, got " +
                           nb::cast<std::string>(nb::str(obj.type())))
                              .c_str());

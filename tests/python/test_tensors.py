@@ -77,6 +77,8 @@ def test_unsupported_input_names_the_type():
         reckon.tensor("not an array")
     with pytest.raises(reckon.Error, match="no reckon dtype"):
         reckon.tensor(np.zeros(3, dtype=np.complex64))
+    with pytest.raises(ValueError, match="read-only"):
+        reckon.tensor(np.frombuffer(b"\0" * 8, dtype=np.float32))
 
 
 def test_the_tensor_keeps_the_array_alive():
