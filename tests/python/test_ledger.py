@@ -72,6 +72,16 @@ def test_a_pytorch_module_through_onnx_equals_the_zoo_twin(torch_models):
         reckon.ledger(twin)
 
 
+def test_a_pytorch_resnet_through_onnx_saves_what_its_zoo_twin_saves(torch_models):
+    # Batch norms exported in training mode: their running statistics are outputs of the ONNX node,
+    # computed without autograd, so they keep nothing alive for backward.
+    twin = torch_models.build("resnet18_cifar")
+    via_torch = reckon.ledger(twin, example_input=torch.randn(8, 3, 32, 32))
+    zoo = reckon.ledger("resnet18_cifar", batch=8)
+    for k in ("params", "fwd_macs", "saved_bytes"):
+        assert via_torch.totals[k] == zoo.totals[k], k
+
+
 def test_plan_equals_the_clis_json():
     want = cli_json("plan", "resnet18_cifar", "--batch", "64", "--memory", "300MiB")
     got = reckon.plan("resnet18_cifar", batch=64, memory="300MiB")

@@ -854,6 +854,10 @@ Outs batch_norm(Ctx& c, Ins& in) {
   if (want_stats) {
     // ONNX's training outputs: running = running * momentum + batch * (1 - momentum), with the
     // biased batch variance (reckon's own in-place update is PyTorch's, with the unbiased one).
+    // Statistics take no gradient (as in PyTorch's and ONNX Runtime's training): computed with
+    // autograd on, each of these ops kept its input alive for a backward nobody runs, a second
+    // copy of every batch norm's input in a training step's saved memory.
+    NoGrad no_grad;
     std::vector<int64_t> dims{0};
     for (int64_t i = 2; i < in[0].dim(); ++i) dims.push_back(i);
     Tensor mu = mean(in[0], dims, true);
