@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -492,6 +493,27 @@ TEST(Ledger, DeviceCatalog) {
   EXPECT_NEAR(again.fp32_flops, cpu.fp32_flops, 1e-6 * cpu.fp32_flops);
   EXPECT_NEAR(again.bandwidth_bytes, cpu.bandwidth_bytes, 1e-6 * cpu.bandwidth_bytes);
   EXPECT_NEAR(again.op_overhead_s, cpu.op_overhead_s, 1e-6 * cpu.op_overhead_s);
+  EXPECT_GT(cpu.engine_step_overhead_s, 0.0);
+  EXPECT_NEAR(again.engine_step_overhead_s, cpu.engine_step_overhead_s, 1e-6 * cpu.engine_step_overhead_s);
+  // The entry records what made it; one made by another reckon, calibration or oneDNN is not used
+  // (the next lookup measures again), nor one from before the engine's overhead was calibrated.
+  auto edit_entry = [&](const std::function<void(json&)>& f) {
+    std::ifstream in(device_cache_path());
+    json j = json::parse(in);
+    ASSERT_EQ(j["cpus"].size(), 1u);
+    f(j["cpus"].begin().value());
+    std::ofstream(device_cache_path()) << j.dump(1);
+  };
+  const std::string versions = calibration_versions();
+  EXPECT_NE(versions.find("oneDNN 2."), std::string::npos) << versions;
+  edit_entry([&](json& e) { EXPECT_EQ(e["versions"], versions); });
+  ASSERT_TRUE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e["versions"] = "reckon 0.0.1, calibration 1, oneDNN 2.6.3"; });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e["versions"] = versions; });
+  EXPECT_TRUE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e.erase("engine_step_overhead_us"); });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
   std::filesystem::remove_all(dir);
   setenv("RECKON_CACHE_DIR", shared_dir.c_str(), 1);
   forget_cpu_calibration();

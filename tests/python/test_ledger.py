@@ -19,24 +19,13 @@ def test_ledger_equals_the_clis_json():
     assert json.loads(got.to_json()) == want
 
 
-def without_step_overhead(j):
-    """The inference ledger less what rests on the engine's per-step overhead, which each process
-    measures afresh (engine_step_overhead_s): the latencies, rates and which steps it bounds."""
-    j = json.loads(json.dumps(j))
-    j.pop("step_overhead_us")
-    for s in j["steps"]:
-        s.pop("predicted_ms"), s.pop("bound")
-    for k in ("predicted_latency_ms", "requests_per_s", "images_per_s"):
-        j["totals"].pop(k)
-    return j
-
-
 def test_inference_ledger_equals_the_clis_json():
+    # The engine's per-step overhead is part of the cpu's cached calibration, so two processes time
+    # the engine alike.
     want = cli_json("ledger", "lenet5", "--batch", "4", "--inference")
     got = reckon.ledger("lenet5", batch=4, inference=True)
-    assert without_step_overhead(got.to_dict()) == without_step_overhead(want)
-    assert [s["name"] for s in got.rows] == [s["name"] for s in want["steps"]] and len(got.rows) > 0
-    assert got.totals["predicted_latency_ms"] > 0
+    assert got.to_dict() == want
+    assert got.rows == want["steps"] and len(got.rows) > 0 and got.totals["predicted_latency_ms"] > 0
 
 
 def test_alexnet_figures_of_the_textbook():

@@ -18,6 +18,10 @@
 #include <optional>
 #include <sstream>
 
+#include <dnnl.hpp>
+
+#include "reckon/engine/engine.h"
+#include "reckon/nn/module.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
@@ -95,6 +99,10 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
+// Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
+// measured again. 2: the inference engine's per-step overhead, and the versions recorded.
+constexpr int kCalibrationFormat = 2;
+
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -130,8 +138,11 @@ std::optional<DeviceSpec> read_cache() {
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
     d.int8_ops = e.at("int8_gops").get<double>() * kG;            // absent in older caches: calibrate again
+    d.engine_step_overhead_s = e.at("engine_step_overhead_us").get<double>() * 1e-6;
     d.memory_bytes = physical_memory_bytes();
-    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1)
+    if (e.at("versions").get<std::string>() != calibration_versions()) return std::nullopt;  // made by another build
+    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1 ||
+        !(d.engine_step_overhead_s > 0))
       return std::nullopt;
     return d;
   } catch (const std::exception&) {
@@ -161,7 +172,9 @@ void write_cache(const DeviceSpec& d, const std::string& when) {
                             {"int8_gops", d.int8_ops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
                             {"op_overhead_us", d.op_overhead_s * 1e6},
-                            {"winograd_speedup", d.winograd_speedup}};
+                            {"winograd_speedup", d.winograd_speedup},
+                            {"engine_step_overhead_us", d.engine_step_overhead_s * 1e6},
+                            {"versions", calibration_versions()}};
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   {
     std::ofstream o(tmp);
@@ -295,10 +308,42 @@ DeviceSpec calibrate_cpu() {
     const double direct_s = time_with(ConvAlgorithm::direct), auto_s = time_with(ConvAlgorithm::automatic);
     d.winograd_speedup = std::max(1.0, direct_s / auto_s);
   }
+  {
+    // The inference engine's fixed cost per compiled step: 64 one-element steps (affine and relu
+    // in turn, kept apart: no passes) run as one program, the median run over the steps.
+    class Chain : public nn::Module {
+     public:
+      Chain() : Module("chain", Device::cpu) {}
+      Tensor forward(const Tensor& x) override {
+        Tensor y = x;
+        for (int i = 0; i < 64; ++i) y = i % 2 ? relu(y) : affine(y, 1.0, 0.0);
+        return y;
+      }
+    } m;
+    engine::EngineOptions o;
+    o.passes = {};
+    engine::Engine e(engine::make_program(m, {1}), o);
+    Tensor x = Tensor::zeros({1}), y = Tensor::empty({1});
+    for (int i = 0; i < 50; ++i) e.run(x, y);
+    std::vector<double> t;
+    for (int i = 0; i < 200; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      e.run(x, y);
+      t.push_back(seconds_since(t0));
+    }
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    d.engine_step_overhead_s = t[t.size() / 2] / double(e.steps().size());
+  }
   host_cache_release();  // the calibration's big blocks go back to the system
   d.description += " (calibrated)";
   d.source = "calibrated now";
   return d;
+}
+
+std::string calibration_versions() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("reckon {}, calibration {}, oneDNN {}.{}.{}", RECKON_LIBRARY_VERSION, kCalibrationFormat, v->major,
+                     v->minor, v->patch);
 }
 
 std::optional<DeviceSpec> cached_cpu_spec() { return read_cache(); }

@@ -24,6 +24,10 @@ struct DeviceSpec {
   // How much faster than its direct-sum FLOPs at peak a convolution runs when its kernel chose
   // Winograd (the cpu: calibrated; 1 elsewhere, where reckon picks no algorithm).
   double winograd_speedup = 1;
+  // The inference engine's fixed time per compiled step (a run of 1-element steps, the median per
+  // step; the cpu: calibrated with the rest, so every process times the engine alike; elsewhere
+  // the per-op overhead).
+  double engine_step_overhead_s = 0;
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
@@ -43,14 +47,19 @@ DeviceSpec device_spec(const std::string& name);
 // Measures this machine now (about a second): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
-// Winograd speedup from a 3x3 convolution timed direct and with the default algorithm.
+// Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, and the
+// inference engine's per-step overhead from a compiled chain of 1-element steps.
 DeviceSpec calibrate_cpu();
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
-// ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count.
+// ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count, and each records
+// when it was made and by what (calibration_versions()).
 std::string device_cache_path();
+// What made a calibration: reckon's version, the calibration's own format number and oneDNN's
+// version ("reckon 0.1.0, calibration 2, oneDNN 2.6.3"). An entry made by another is not used.
+std::string calibration_versions();
 // This CPU's entry in the cache file, when the file holds a sound one for this CPU model and
-// thread count; nothing otherwise (a missing, damaged or hostile file is never an error: the
-// next device_spec("cpu") calibrates again and rewrites it).
+// thread count, made by these versions; nothing otherwise (a missing, damaged, outdated or hostile
+// file is never an error: the next device_spec("cpu") calibrates again and rewrites it).
 std::optional<DeviceSpec> cached_cpu_spec();
 // Drops this process's cached cpu entry so the next device_spec("cpu") calibrates again (and
 // rewrites the cache file).

@@ -16,25 +16,10 @@
 namespace reckon {
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5))];
 }
-
-// A chain of one-element steps (no pass fuses them), to time what a step costs beyond its work.
-class Chain : public nn::Module {
- public:
-  Chain() : Module("chain", Device::cpu) {}
-  Tensor forward(const Tensor& x) override {
-    Tensor y = x;
-    for (int i = 0; i < 64; ++i) y = i % 2 ? relu(y) : affine(y, 1.0, 0.0);
-    return y;
-  }
-};
 
 // The weights' bytes at fp32, bf16 and int8 (conv and linear weights as int8 with one fp32 scale
 // per output channel, their biases as int32; every other constant stays fp32).
@@ -58,25 +43,6 @@ void file_sizes(const engine::Program& p, InferenceLedger& l) {
 }
 }  // namespace
 
-double engine_step_overhead_s() {
-  static const double s = [] {
-    Chain m;
-    engine::EngineOptions o;
-    o.passes = {};
-    engine::Engine e(engine::make_program(m, {1}), o);
-    Tensor x = Tensor::zeros({1}), y = Tensor::empty({1});
-    for (int i = 0; i < 50; ++i) e.run(x, y);
-    std::vector<double> t;
-    for (int i = 0; i < 200; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      e.run(x, y);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return median(t) / double(e.steps().size());
-  }();
-  return s;
-}
-
 InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg) {
   RK_CHECK(cfg.batch >= 1, "[ledger] --batch must be >= 1, got {}", cfg.batch);
   auto say = [&](const std::string& s) {
@@ -87,7 +53,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
   l.config = cfg;
   say("calibrating " + cfg.device);
   l.device = device_spec(cfg.device);
-  l.step_overhead_s = l.device.name == "cpu" ? engine_step_overhead_s() : l.device.op_overhead_s;
+  l.step_overhead_s = l.device.name == "cpu" ? l.device.engine_step_overhead_s : l.device.op_overhead_s;
   Shape in = cfg.input.empty() ? onnx::model_input_shape(model_name) : cfg.input;
   in.insert(in.begin(), cfg.batch);
   l.input_shape = in;

@@ -70,7 +70,5 @@ struct InferenceLedger {
 InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg);
 std::string format_inference(const InferenceLedger& l);
 std::string inference_json(const InferenceLedger& l);
-// The engine's fixed time per step on this cpu: a chain of 64 one-element steps, timed (median).
-double engine_step_overhead_s();
 
 }  // namespace reckon
