@@ -107,11 +107,10 @@ class _Report:
         self._text = text
 
     def __getattr__(self, key: str) -> Any:
-        try:
-            return self.__dict__["_data"][key]
-        except KeyError:
-            raise AttributeError(f"{type(self).__name__} has no field {key!r} "
-                                 f"(fields: {', '.join(self.__dict__['_data'])})") from None
+        data = self.__dict__.get("_data", {})  # (empty while a copy or an unpickling is under way)
+        if key in data:
+            return data[key]
+        raise AttributeError(f"{type(self).__name__} has no field {key!r} (fields: {', '.join(data)})")
 
     def __dir__(self) -> Iterable[str]:
         return list(super().__dir__()) + list(self._data)

@@ -88,3 +88,12 @@ def test_errors_name_the_argument():
         reckon.ledger("lenet5", batch=1, precision="fp8")
     with pytest.raises(reckon.Error, match="memory"):
         reckon.plan("lenet5", batch=8, memory="lots")
+
+
+def test_results_copy_pickle_and_name_their_fields():
+    import copy
+    import pickle
+    l = reckon.ledger("lenet5", batch=2)
+    assert copy.deepcopy(l).to_dict() == l.to_dict() == pickle.loads(pickle.dumps(l)).to_dict()
+    with pytest.raises(AttributeError, match="no field 'nosuch'.*totals"):
+        l.nosuch
