@@ -1,6 +1,5 @@
 // The `reckon` command line: one binary, subcommands that read like the pipeline. Each
 // subcommand lives in its own tools/cmd_*.cpp and registers itself (command.h).
-#include <dnnl.h>
 
 #include <charconv>
 #include <cstdint>
@@ -8,8 +7,8 @@
 #include <new>
 
 #include "command.h"
-#include "reckon/core/cuda.h"
 #include "reckon/core/error.h"
+#include "reckon/ledger/devices.h"
 
 namespace reckon::tools {
 std::vector<Setup>& commands() {
@@ -51,19 +50,13 @@ void refuse_integers_past_64_bits(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_integers_past_64_bits(*sub);
 }
 
-// `reckon --version`: the version, how it was built, the oneDNN it runs on, and whether cuda can run.
-std::string version_text() {
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("reckon {} ({} build; oneDNN {}.{}.{}; cuda {})", RECKON_VERSION, RECKON_BUILD_TYPE, v->major,
-                     v->minor, v->patch, reckon::cuda_available() ? "yes: " + reckon::cuda_status() : "no");
-}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"reckon: train convolutional networks and know what they cost"};
   app.require_subcommand(1);
   // A callback: only `reckon --version` asks oneDNN and cuda, not every command's start.
-  app.set_version_flag("--version", std::function<std::string()>(version_text),
+  app.set_version_flag("--version", std::function<std::string()>(reckon::version_text),
                        "print the version, build type, oneDNN version and cuda, then exit");
   std::vector<std::pair<CLI::App*, reckon::tools::Runner>> subs;
   for (auto& setup : reckon::tools::commands()) {

@@ -14,7 +14,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <dnnl.hpp>
 #include <optional>
 #include <type_traits>
 
@@ -329,12 +328,6 @@ nb::list train_options() {
   return out;
 }
 
-std::string version_text() {
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("reckon {} ({} build; oneDNN {}.{}.{}; cuda {})", RECKON_VERSION, RECKON_BUILD_TYPE, v->major,
-                     v->minor, v->patch, "no");
-}
-
 }  // namespace
 
 NB_MODULE(_reckon, m) {
@@ -481,5 +474,5 @@ NB_MODULE(_reckon, m) {
   m.def("_train_options", &train_options);
   m.def("_parse_bytes", &parse_bytes, nb::arg("text"), nb::arg("what"));
   m.def("_device_names", &device_names);
-  m.def("_version", &version_text);
+  m.def("_version", &version_text);  // ledger/devices.h: the CLI's --version text
 }

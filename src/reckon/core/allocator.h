@@ -103,7 +103,6 @@ class Storage {
   int64_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   Tag tag() const { return tag_; }
-  bool borrowed() const { return bool(release_); }
   void retag(Tag t);
   void add_saved_ref();
   void drop_saved_ref();

@@ -20,6 +20,7 @@
 
 #include <dnnl.hpp>
 
+#include "reckon/core/cuda.h"
 #include "reckon/engine/engine.h"
 #include "reckon/nn/module.h"
 #include "reckon/ops/conv.h"
@@ -340,10 +341,19 @@ DeviceSpec calibrate_cpu() {
   return d;
 }
 
-std::string calibration_versions() {
+std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
-  return fmt::format("reckon {}, calibration {}, oneDNN {}.{}.{}", RECKON_LIBRARY_VERSION, kCalibrationFormat, v->major,
-                     v->minor, v->patch);
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+std::string calibration_versions() {
+  return fmt::format("reckon {}, calibration {}, oneDNN {}", RECKON_LIBRARY_VERSION, kCalibrationFormat,
+                     onednn_version());
+}
+
+std::string version_text() {
+  return fmt::format("reckon {} ({} build; oneDNN {}; cuda {})", RECKON_LIBRARY_VERSION, RECKON_BUILD_TYPE,
+                     onednn_version(), cuda_available() ? "yes: " + cuda_status() : "no");
 }
 
 std::optional<DeviceSpec> cached_cpu_spec() { return read_cache(); }

@@ -57,6 +57,12 @@ std::string device_cache_path();
 // What made a calibration: reckon's version, the calibration's own format number and oneDNN's
 // version ("reckon 0.1.0, calibration 2, oneDNN 2.6.3"). An entry made by another is not used.
 std::string calibration_versions();
+// The oneDNN this process runs on ("2.6.3").
+std::string onednn_version();
+// What `reckon --version` and the Python package's reckon.version() print: the version, how it
+// was built, the oneDNN it runs on, and whether cuda can run
+// ("reckon 0.1.0 (Release build; oneDNN 2.6.3; cuda no)").
+std::string version_text();
 // This CPU's entry in the cache file, when the file holds a sound one for this CPU model and
 // thread count, made by these versions; nothing otherwise (a missing, damaged, outdated or hostile
 // file is never an error: the next device_spec("cpu") calibrates again and rewrites it).
