@@ -571,3 +571,40 @@ TEST(OnnxHostile, EveryOperatorWithBadInputsAndAttributesGivesAnError) {
       }
   EXPECT_GT(errors, calls / 2);
 }
+
+// A ConvTranspose's output length s (in - 1) + (k - 1) d + 1 with a stride near the attributes'
+// bound (2^31) on a long input (2^40 columns: the meta device holds it, as for the ledger) passes
+// 2^63: refused by name rather than wrapped into a small or negative shape.
+TEST(OnnxHostile, ConvTransposeOutputPastInt64IsRefused) {
+  ::onnx::ModelProto p;
+  p.set_ir_version(8);
+  p.add_opset_import()->set_version(17);
+  auto* g = p.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type("ConvTranspose");
+  n->set_name("hostile");
+  n->add_input("x");
+  n->add_input("w");
+  n->add_output("y");
+  for (const char* name : {"x", "w"}) {
+    auto* gi = g->add_input();
+    gi->set_name(name);
+    gi->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  }
+  auto* at = n->add_attribute();
+  at->set_name("strides");
+  at->set_type(::onnx::AttributeProto::INTS);
+  at->add_ints(1);
+  at->add_ints((int64_t(1) << 31) - 1);
+  g->add_output()->set_name("y");
+  ro::RunArgs a;
+  a.values["x"] = Tensor::empty({1, 1, 1, int64_t(1) << 40}, DType::f32, Device::meta);
+  a.values["w"] = Tensor::empty({1, 1, 1, 1}, DType::f32, Device::meta);
+  const std::string msg = test_util::error_of([&] {
+    ro::Model m = ro::parse(p.SerializeAsString(), "hostile.onnx", "");
+    NoGrad ng;
+    ro::run(m, a);
+  });
+  EXPECT_NE(msg.find("hostile"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("overflows a 64-bit"), std::string::npos) << msg;
+}

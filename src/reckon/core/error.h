@@ -26,4 +26,12 @@ inline int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
   return r;
 }
 
+// a + b for a count or size summed from files and arguments (a step's MACs, a window's extent),
+// or an Error saying `what` overflows int64: checked_mul's twin for sums.
+inline int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(fmt::format("{}: {} + {} overflows a 64-bit count", what, a, b));
+  return r;
+}
+
 }  // namespace reckon

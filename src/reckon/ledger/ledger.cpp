@@ -295,14 +295,6 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   return r;
 }
 
-// a + b for a count summed over a step (MACs, FLOPs, bytes), or an Error naming `what`: the
-// twin of core's checked_mul.
-int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
-  int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw Error(fmt::format("{}: {} + {} overflows a 64-bit count", what, a, b));
-  return r;
-}
-
 void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs) {
   // Every sum is checked: a batch of 10^12 images is a fine shape on the meta device, but its
   // step's MACs pass 2^63, and a wrapped count would be printed as a prediction.

@@ -123,9 +123,13 @@ std::vector<std::pair<int64_t, int64_t>> window_pads(const Node& n, const Shape&
   std::vector<std::pair<int64_t, int64_t>> out(sp, {0, 0});
   const std::string ap = n.get_s("auto_pad", "NOTSET");
   if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    // Checked: the attributes are bounded at read (|v| < 2^31), but an input dim from the file
+    // may be near 2^61 (an f32 tensor's bytes still fit), and (o - 1) s + (k - 1) d can pass 2^63.
+    const std::string what = fmt::format("auto_pad {} of input {}", ap, shape_str(x));
     for (size_t i = 0; i < sp; ++i) {
-      int64_t in = x[2 + i], o = (in + s[i] - 1) / s[i];
-      int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in);
+      int64_t in = x[2 + i], o = in / s[i] + (in % s[i] != 0);
+      int64_t extent = checked_add(checked_mul(o - 1, s[i], what), checked_mul(k[i] - 1, d[i], what), what);
+      int64_t total = std::max<int64_t>(0, extent + 1 - in);
       int64_t small = total / 2;
       out[i] = ap == "SAME_UPPER" ? std::pair{small, total - small} : std::pair{total - small, small};
     }
@@ -301,6 +305,12 @@ Outs pool(Ctx& c, Ins& in, bool max) {
 // 1-D runs as (N, C, 1, L). Inference only: the op has no gradient of its own in reckon.
 // 3-D ConvTranspose on the cpu, by its definition (plain loops; no fast kernel, no gradient):
 // y[n, g Cog + co, i s + k d - pad] += x[n, g Cig + ci, i] w[g Cig + ci, co, k], per spatial dim.
+// A ConvTranspose's full output along one dim, s (in - 1) + output_padding + (k - 1) d + 1,
+// checked: a stride near 2^31 (the attributes' bound) on a long input passes 2^63.
+int64_t transposed_extent(int64_t s, int64_t in, int64_t op, int64_t k, int64_t d, const std::string& what) {
+  return checked_add(checked_add(checked_mul(s, in - 1, what), op + 1, what), checked_mul(k - 1, d, what), what);
+}
+
 Outs conv_transpose_3d(Ctx& c, const Tensor& x, const Tensor& w, const Tensor& bias) {
   RK_CHECK(x.device() == Device::cpu, "3-D ConvTranspose runs on the cpu only");
   auto get = [&](const char* n, int64_t def) {
@@ -320,9 +330,11 @@ Outs conv_transpose_3d(Ctx& c, const Tensor& x, const Tensor& w, const Tensor& b
   const int64_t N = x.size(0), Ci = x.size(1), Cig = Ci / g, Cog = w.size(1);
   const int64_t Co = Cog * g;
   Shape ys{N, Co, 0, 0, 0};
+  const std::string what = fmt::format("the output of x {} at strides {}", x.str(), fmt::join(s, "x"));
   for (int i = 0; i < 3; ++i)
-    ys[size_t(2 + i)] = s[size_t(i)] * (x.size(2 + i) - 1) + op[size_t(i)] + (w.size(2 + i) - 1) * d[size_t(i)] + 1 -
-                        pads[size_t(i)] - pads[size_t(i) + 3];
+    ys[size_t(2 + i)] =
+        transposed_extent(s[size_t(i)], x.size(2 + i), op[size_t(i)], w.size(2 + i), d[size_t(i)], what) -
+        pads[size_t(i)] - pads[size_t(i) + 3];
   Tensor xc = contiguous(cast(x, DType::f64)), wc = contiguous(cast(w, DType::f64));
   std::vector<double> y(size_t(shape_numel(ys)), 0.0);
   const double* px = xc.data<double>();
@@ -378,15 +390,17 @@ Outs conv_transpose(Ctx& c, Ins& in) {
   std::vector<int64_t> pb(2, 0), pe(2, 0);
   const std::string ap = c.n.get_s("auto_pad", "NOTSET");
   auto os = c.n.get_ints("output_shape");
+  const std::string what = fmt::format("the output of x {} at strides {}", x.str(), fmt::join(s, "x"));
   for (int i = 0; i < 2; ++i) {
-    const int64_t full_size = s[size_t(i)] * (x.size(2 + i) - 1) + op[size_t(i)] + (k[size_t(i)] - 1) * d[size_t(i)] + 1;
+    const int64_t full_size =
+        transposed_extent(s[size_t(i)], x.size(2 + i), op[size_t(i)], k[size_t(i)], d[size_t(i)], what);
     int64_t total = 0;
     const bool computed = !os.empty() || ap == "SAME_UPPER" || ap == "SAME_LOWER";
     if (!os.empty()) {
       auto o = lift(os, 1);
       total = full_size - o[size_t(i)];
     } else if (computed) {
-      total = full_size - x.size(2 + i) * s[size_t(i)];
+      total = full_size - checked_mul(x.size(2 + i), s[size_t(i)], what);
     }
     if (computed && total < 0) {  // an output larger than the full one: zero rows at the end
       pe[size_t(i)] = total;
