@@ -60,8 +60,11 @@ Calibrator::Calibrator(const Program& p, int bins, bool assumed) : prog_(p), bin
 }
 Calibrator Calibrator::assumed(const Program& p) {
   Calibrator c(p, 2048, true);
+  // The input signed, as a normalized image is (and as --measure's N(0, 1) batch is): a signed
+  // input is quantized s8, a non-negative one u8, and oneDNN picks kernels (and scratchpads) by
+  // the source type, so assuming [0, 1] planned another kernel than the one that runs.
   for (size_t v = 0; v < p.graph.values.size(); ++v)
-    if (p.graph.values[v].spec.dtype == DType::f32) c.fix(int(v), 0.0, 1.0);
+    if (p.graph.values[v].spec.dtype == DType::f32) c.fix(int(v), int(v) == p.input ? -1.0 : 0.0, 1.0);
   c.batches_ = 1;
   return c;
 }

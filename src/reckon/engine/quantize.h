@@ -44,7 +44,8 @@ struct Observation {
 class Calibrator {
  public:
   explicit Calibrator(const Program& p, int bins = 2048);
-  // Every f32 value of p (which may be on the meta device) taken as observed in [0, 1]: the int8
+  // Every f32 value of p (which may be on the meta device) taken as observed in [0, 1], the
+  // program's input in [-1, 1] (signed, so quantized s8 as a calibrated normalized input is): the int8
   // program quantize_program makes from it has the real one's ops, dtypes' sizes and layouts
   // (the deployment ledger plans it) but placeholder scales.
   static Calibrator assumed(const Program& p);
