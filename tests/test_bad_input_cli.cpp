@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -444,7 +445,8 @@ TEST_P(BadInputCli, Case) {
     if (i > 0 && c.args[i - 1] == "--out") out = args.back();
   }
   // The run's --out may be written; so may the calibration cache the case points at.
-  ASSERT_EQ(::setenv("RECKON_CACHE_DIR", (s / "cache").c_str(), 1), 0);
+  std::optional<test_util::ScopedEnv> cache_env;
+  cache_env.emplace("RECKON_CACHE_DIR", (s / "cache").string());
   const auto before = snapshot(s.root, out);
   test_util::CliResult r;
   if (c.name == "ResumeWhileAnotherRunHoldsTheLock") {
@@ -465,7 +467,7 @@ TEST_P(BadInputCli, Case) {
   } else {
     r = test_util::run_cli(args, io);
   }
-  ::unsetenv("RECKON_CACHE_DIR");
+  cache_env.reset();
   ASSERT_NE(r.exit_code, -1) << "killed by a signal: " << r.err;
   EXPECT_NE(r.exit_code, 128 + SIGSEGV) << r.err;
   EXPECT_EQ(r.exit_code, c.exit) << r.err;

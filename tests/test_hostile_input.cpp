@@ -73,9 +73,10 @@ TEST(HostileInput, AFifoIsRefusedByEveryReaderWithoutBlocking) {
   // The calibration cache as a FIFO: no entry (calibrate again), not a hang and not an error.
   fs::create_directories(d / "cache");
   fifo(d / "cache" / "devices.json");
-  ASSERT_EQ(::setenv("RECKON_CACHE_DIR", (d / "cache").c_str(), 1), 0);
-  EXPECT_FALSE(cached_cpu_spec().has_value());
-  ::unsetenv("RECKON_CACHE_DIR");
+  {
+    test_util::ScopedEnv cache("RECKON_CACHE_DIR", (d / "cache").string());
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
   fs::remove_all(d);
 }
 

@@ -37,6 +37,28 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// An environment variable set for a scope, then put back as it was (set or not).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v, had_ = true;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 // A new, empty directory under the system's temp directory, one per process and name:
 // reckon_<prefix>_<name>_<pid> (removed first if a run before left it).
 inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& name) {

@@ -81,8 +81,13 @@ int run(const LedgerArgs& a) {
   cfg.measure_steps = a.measure_steps;
   cfg.progress = [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
   if (a.recalibrate) {
-    forget_cpu_calibration();
-    std::remove(device_cache_path().c_str());
+    // Measured again now; a busy moment does not replace a quiet calibration (calibration_to_keep).
+    auto [kept, fresh] = recalibrate_cpu();
+    if (kept.calibrated_at == fresh.calibrated_at && kept.fp32_flops == fresh.fp32_flops)
+      std::fprintf(stderr, "calibration: %s\n", calibration_quality(kept).c_str());
+    else
+      std::fprintf(stderr, "calibration: other processes took %.0f%% of the CPU while it ran; kept the one of %s (%s)\n",
+                   100 * fresh.others_cpu_share, kept.calibrated_at.c_str(), calibration_quality(kept).c_str());
   }
   if (a.inference) return run_inference(a);
   Ledger l = ledger(a.model, cfg);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace reckon {
@@ -28,6 +29,17 @@ struct DeviceSpec {
   // step; the cpu: calibrated with the rest, so every process times the engine alike; elsewhere
   // the per-op overhead).
   double engine_step_overhead_s = 0;
+  // How the calibration went (the cpu; datasheet entries keep the defaults): the share of the
+  // CPU time of the cores this process may run on that other processes (and the hypervisor's
+  // steal) took while it ran, from /proc/stat (-1: not known), the spread of its timed runs
+  // (the largest median / best - 1 of the four peaks), whether it counts as made under load
+  // (others_cpu_share over kCalibrationBusyShare), and of how many calibrations in a row made
+  // under load it is the least disturbed (calibration_to_keep).
+  double others_cpu_share = -1;
+  double spread = 0;
+  bool under_load = false;
+  int attempts = 1;
+  std::string calibrated_at = {};  // when (UTC, ISO 8601; the cpu)
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
@@ -44,12 +56,40 @@ std::vector<std::string> device_names();
 // file or calibrated now and cached. Throws naming the known devices for an unknown key.
 DeviceSpec device_spec(const std::string& name);
 
-// Measures this machine now (about a second): fp32, bf16 and int8 peaks from the best of 15
+// A calibration during which other processes took more than this share of the CPU time of the
+// cores it ran on is made under load: used, marked in the cache and taken again on the next use,
+// up to kCalibrationAttempts calibrations, after which the least disturbed one stays.
+constexpr double kCalibrationBusyShare = 0.10;
+constexpr int kCalibrationAttempts = 3;
+
+// Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
 // Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, and the
 // inference engine's per-step overhead from a compiled chain of 1-element steps.
+// Measures others_cpu_share and under_load as it runs.
 DeviceSpec calibrate_cpu();
+// Which of a cached entry (if any) and a fresh calibration is kept, in the cache and for this
+// process: a quiet fresh one always (it replaces a cached one, quiet or not); a cached quiet one
+// against a fresh one made under load (a busy moment cannot spoil a quiet calibration); between
+// two made under load, the less disturbed (lower others_cpu_share; the fresh one on a tie),
+// counting the cached entry's attempts plus one (a quiet one counts 1).
+DeviceSpec calibration_to_keep(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh);
+// Measures the cpu again now (`reckon ledger --recalibrate`), keeps what calibration_to_keep
+// says in the cache and in this process, and returns the kept entry and the fresh calibration.
+std::pair<DeviceSpec, DeviceSpec> recalibrate_cpu();
+// The share of the CPU time of `threads` cores that other processes took between two readings of
+// /proc/stat, this process having used self_cpu_s of CPU time meanwhile, over the cpus in `cpus`
+// (their lines "cpuN"; the aggregate line when empty) of which `threads` ran this process (0: all
+// of them): the others' busy time less what the remaining cores absorb (the scheduler gives
+// other work the idle cores first), over the time of `threads` cores, clamped to [0, 1]. Busy
+// counts user, nice, system, irq, softirq and steal. -1 when the texts do not hold those lines or
+// no time passed.
+double others_cpu_share(const std::string& stat_before, const std::string& stat_after, double self_cpu_s,
+                        const std::vector<int>& cpus = {}, int threads = 0);
+// How the cpu entry's calibration went, in words ("quiet: other processes took 2% of the CPU,
+// runs within 3%" or "made under load: ..."), for the ledger's report.
+std::string calibration_quality(const DeviceSpec& d);
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
 // ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count, and each records
 // when it was made and by what (calibration_versions()).
