@@ -15,10 +15,12 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "reckon/ledger/devices.h"
+#include "test_util.h"
 
 using namespace reckon;
 using json = nlohmann::json;
@@ -102,6 +104,11 @@ TEST(Calibration, AQuietOneIsKeptAgainstABusyMoment) {
   EXPECT_EQ(twice.attempts, 2);
   EXPECT_EQ(calibration_to_keep(twice, busy_new).attempts, 3);
   EXPECT_EQ(calibration_to_keep(twice, quiet_new).attempts, 1);  // quiet: the count starts again
+  // fresh_calibration_kept names the same choice.
+  for (const auto& cached : {std::optional<DeviceSpec>(), std::optional<DeviceSpec>(quiet_old),
+                             std::optional<DeviceSpec>(busy_old)})
+    for (const DeviceSpec& fresh : {quiet_new, busy_new, less_busy_new})
+      EXPECT_EQ(fresh_calibration_kept(cached, fresh), calibration_to_keep(cached, fresh).calibrated_at == "new");
   EXPECT_EQ(calibration_to_keep(quiet_old, busy_new).attempts, 1);
   // The report says which.
   EXPECT_NE(calibration_quality(quiet_new).find("quiet: other processes took 1% of the CPU"), std::string::npos)
@@ -142,22 +149,18 @@ class Spinners {
   std::vector<pid_t> pids_;
 };
 
-// A cache directory of this test's own, restored afterwards.
+// A cache directory of this test's own, RECKON_CACHE_DIR put back afterwards.
 class CalibrationCache : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (const char* d = std::getenv("RECKON_CACHE_DIR")) shared_ = d;
     dir_ = std::filesystem::temp_directory_path() / ("reckon-calibration-test-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
-    setenv("RECKON_CACHE_DIR", dir_.c_str(), 1);
+    env_.emplace("RECKON_CACHE_DIR", dir_.string());
     forget_cpu_calibration();
   }
   void TearDown() override {
     std::filesystem::remove_all(dir_);
-    if (shared_.empty())
-      unsetenv("RECKON_CACHE_DIR");
-    else
-      setenv("RECKON_CACHE_DIR", shared_.c_str(), 1);
+    env_.reset();
     forget_cpu_calibration();
   }
   json cached_entry() {
@@ -173,7 +176,7 @@ class CalibrationCache : public ::testing::Test {
     std::ofstream(device_cache_path()) << j.dump(1);
     forget_cpu_calibration();
   }
-  std::string shared_;
+  std::optional<test_util::ScopedEnv> env_;
   std::filesystem::path dir_;
 };
 
@@ -232,10 +235,11 @@ TEST_F(CalibrationCache, MadeUnderLoadIsMarkedTakenAgainAndNeverReplacesAQuietOn
   {
     Spinners busy;
     usleep(200000);
-    auto [kept, fresh] = recalibrate_cpu();
-    EXPECT_TRUE(fresh.under_load) << fresh.source;
-    EXPECT_EQ(kept.calibrated_at, "2000-01-01T00:00:00Z");
-    EXPECT_FALSE(kept.under_load);
+    const Recalibration r = recalibrate_cpu();
+    EXPECT_TRUE(r.fresh.under_load) << r.fresh.source;
+    EXPECT_FALSE(r.fresh_kept);
+    EXPECT_EQ(r.kept.calibrated_at, "2000-01-01T00:00:00Z");
+    EXPECT_FALSE(r.kept.under_load);
   }
   EXPECT_EQ(device_spec("cpu").calibrated_at, "2000-01-01T00:00:00Z");
   EXPECT_EQ(cached_entry()["calibrated_at"], "2000-01-01T00:00:00Z");

@@ -479,10 +479,9 @@ TEST(Ledger, DeviceCatalog) {
 
   // The cpu is calibrated on first use and cached: a fresh lookup reads the same figures back.
   // (A cache directory of this test's own, so that no other test process writes it meanwhile.)
-  const std::string shared_dir = std::getenv("RECKON_CACHE_DIR");
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("reckon-test-cache-{}", getpid());
   std::filesystem::remove_all(dir);
-  setenv("RECKON_CACHE_DIR", dir.c_str(), 1);
+  test_util::ScopedEnv cache_env("RECKON_CACHE_DIR", dir.string());
   forget_cpu_calibration();
   DeviceSpec cpu = device_spec("cpu");
   EXPECT_TRUE(cpu.calibrated);
@@ -527,8 +526,7 @@ TEST(Ledger, DeviceCatalog) {
   edit_entry([&](json& e) { e.erase("engine_step_overhead_us"); });
   EXPECT_FALSE(cached_cpu_spec().has_value());
   std::filesystem::remove_all(dir);
-  setenv("RECKON_CACHE_DIR", shared_dir.c_str(), 1);
-  forget_cpu_calibration();
+  forget_cpu_calibration();  // (RECKON_CACHE_DIR is put back as this test ends)
 }
 
 // ---- bad input ----

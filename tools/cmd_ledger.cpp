@@ -82,12 +82,12 @@ int run(const LedgerArgs& a) {
   cfg.progress = [](const std::string& what) { std::fprintf(stderr, "... %s\n", what.c_str()); };
   if (a.recalibrate) {
     // Measured again now; a busy moment does not replace a quiet calibration (calibration_to_keep).
-    auto [kept, fresh] = recalibrate_cpu();
-    if (kept.calibrated_at == fresh.calibrated_at && kept.fp32_flops == fresh.fp32_flops)
-      std::fprintf(stderr, "calibration: %s\n", calibration_quality(kept).c_str());
+    const Recalibration r = recalibrate_cpu();
+    if (r.fresh_kept)
+      std::fprintf(stderr, "calibration: %s\n", calibration_quality(r.kept).c_str());
     else
       std::fprintf(stderr, "calibration: other processes took %.0f%% of the CPU while it ran; kept the one of %s (%s)\n",
-                   100 * fresh.others_cpu_share, kept.calibrated_at.c_str(), calibration_quality(kept).c_str());
+                   100 * r.fresh.others_cpu_share, r.kept.calibrated_at.c_str(), calibration_quality(r.kept).c_str());
   }
   if (a.inference) return run_inference(a);
   Ledger l = ledger(a.model, cfg);

@@ -297,6 +297,10 @@ DeviceSpec keep_and_cache(const std::optional<DeviceSpec>& cached, const DeviceS
 }
 }  // namespace
 
+bool fresh_calibration_kept(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh) {
+  return !fresh.under_load || !cached || (cached->under_load && !(cached->others_cpu_share < fresh.others_cpu_share));
+}
+
 DeviceSpec calibration_to_keep(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh) {
   if (!fresh.under_load || !cached) {
     DeviceSpec keep = fresh;
@@ -304,17 +308,20 @@ DeviceSpec calibration_to_keep(const std::optional<DeviceSpec>& cached, const De
     return keep;
   }
   if (!cached->under_load) return *cached;
-  DeviceSpec keep = cached->others_cpu_share < fresh.others_cpu_share ? *cached : fresh;
+  DeviceSpec keep = fresh_calibration_kept(cached, fresh) ? fresh : *cached;
   keep.attempts = cached->attempts + 1;
   return keep;
 }
 
-std::pair<DeviceSpec, DeviceSpec> recalibrate_cpu() {
+Recalibration recalibrate_cpu() {
   std::lock_guard<std::mutex> g(g_cpu_mu);
   std::optional<DeviceSpec> c = read_cache();
-  DeviceSpec fresh = calibrate_cpu();
-  g_cpu = keep_and_cache(c, fresh);
-  return {*g_cpu, fresh};
+  Recalibration r;
+  r.fresh = calibrate_cpu();
+  r.fresh_kept = fresh_calibration_kept(c, r.fresh);
+  r.kept = keep_and_cache(c, r.fresh);
+  g_cpu = r.kept;
+  return r;
 }
 
 double others_cpu_share(const std::string& stat_before, const std::string& stat_after, double self_cpu_s,

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace reckon {
@@ -75,9 +74,15 @@ DeviceSpec calibrate_cpu();
 // two made under load, the less disturbed (lower others_cpu_share; the fresh one on a tie),
 // counting the cached entry's attempts plus one (a quiet one counts 1).
 DeviceSpec calibration_to_keep(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh);
-// Measures the cpu again now (`reckon ledger --recalibrate`), keeps what calibration_to_keep
-// says in the cache and in this process, and returns the kept entry and the fresh calibration.
-std::pair<DeviceSpec, DeviceSpec> recalibrate_cpu();
+// Whether calibration_to_keep keeps the fresh calibration (rather than the cached entry).
+bool fresh_calibration_kept(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh);
+// Measures the cpu again now (`reckon ledger --recalibrate`) and keeps what calibration_to_keep
+// says, in the cache and in this process.
+struct Recalibration {
+  DeviceSpec kept, fresh;
+  bool fresh_kept = false;  // kept is fresh (with its attempts counted), not the cached entry
+};
+Recalibration recalibrate_cpu();
 // The share of the CPU time of `threads` cores that other processes took between two readings of
 // /proc/stat, this process having used self_cpu_s of CPU time meanwhile, over the cpus in `cpus`
 // (their lines "cpuN"; the aggregate line when empty) of which `threads` ran this process (0: all
