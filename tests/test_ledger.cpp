@@ -599,7 +599,9 @@ TEST(Ledger, ModuleOverload) {
 
 // The memory timeline (what --html draws): one sample per node of the captured step, in its order,
 // with the step's own accounts: parameters constant, nothing above the ledger's peak (which may be
-// reached inside a kernel), and within 10% of it after some node.
+// reached inside a kernel), and within 10% of it after some node once that node's kernel workspace
+// is counted (a Winograd convolution's, 127 MiB at batch 8 on an AVX-512 Zen 4, is freed before
+// the sample after its node is taken).
 TEST(Ledger, TimelineIsTheAccountsAfterEachNode) {
   LedgerConfig cfg;
   cfg.batch = 8;
@@ -616,9 +618,9 @@ TEST(Ledger, TimelineIsTheAccountsAfterEachNode) {
       EXPECT_GE(b, 0);
       t += b;
     }
-    most = std::max(most, t);
+    EXPECT_LE(t, l.memory.peak_bytes) << "node " << i;
+    most = std::max(most, t + l.graph->nodes[i].workspace_bytes);
   }
-  EXPECT_LE(most, l.memory.peak_bytes);
   EXPECT_GE(double(most), 0.9 * double(l.memory.peak_bytes));
   EXPECT_EQ(l.timeline.front().phase, Phase::forward);
   EXPECT_EQ(l.timeline.back().phase, Phase::optimizer);
