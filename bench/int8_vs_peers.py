@@ -48,29 +48,9 @@ def random_batches(shape, n, seed=0):
 
 def quantize_ort(src, dst, batch):
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-    # ONNX Runtime's recommended first step (its optimizer and shape inference): without it the
-    # Identity nodes torch's exporter puts before shared initializers keep 16 of resnet18's 20
-    # convolutions out of the QDQ -> QLinearConv fusion.
-    pre = dst + ".pre.onnx"
-    quant_pre_process(src, pre)
-    src = pre
-    m = onnx.load(src)
-    inp = m.graph.input[0]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{inp.name: x} for x in random_batches(shape, 8)])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax)
+    from ort_quantize import quantize_static_qdq
+    shape = [d.dim_value for d in onnx.load(src).graph.input[0].type.tensor_type.shape.dim]
+    quantize_static_qdq(src, dst, random_batches(shape, 8))
 
 
 def worker_torch_int8(model, batch, threads, min_time):

@@ -21,6 +21,8 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 try:
     import numpy as np
     import onnx
@@ -63,34 +65,13 @@ def run_all(sess, x):
 
 
 def ort_quantize(argv):
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from ort_quantize import output_step, quantize_static_qdq
     fp32, qdq, out, mean, std = argv[2:7]
     root = argv[7] if len(argv) > 7 else "/usr/share/datasets/fashion-mnist"
     xt = images(root, "train", mean, std)[:800]
-    name = onnx.load(fp32).graph.input[0].name
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{name: xt[i:i + 100]} for i in range(0, len(xt), 100)])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    pre = qdq + ".pre.onnx"
-    quant_pre_process(fp32, pre)
-    quantize_static(pre, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax)
+    quantize_static_qdq(fp32, qdq, [xt[i:i + 100] for i in range(0, len(xt), 100)])
     np.save(out, run_all(session(qdq), images(root, "t10k", mean, std)))
-    m = onnx.load(qdq)
-    inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
-    step = 0.0
-    for node in m.graph.node:  # the DequantizeLinear that writes the graph output
-        if node.op_type == "DequantizeLinear" and node.output[0] == m.graph.output[0].name:
-            step = float(inits[node.input[1]])
-    print(json.dumps({"output_step": step}))
+    print(json.dumps({"output_step": output_step(qdq) or 0.0}))
     return 0
 
 

@@ -128,6 +128,17 @@ Register reg[] = {
               },
               runner<AddInt8>({0.02, 0.03, 0.04, 3, 0, 0, "u8", true}), false, {},
               {[] { call<AddInt8>({Tensor::zeros({2}, DType::u8), Tensor::zeros({3}, DType::u8)}, {}); }}}),
+    // ONNX Runtime's residual add: asymmetric u8 on every side, and ragged (not a multiple of a vector)
+    Register({"add_int8", "u8 + u8 -> u8, three zero points, saturating",
+              [](DType, Generator& g) {
+                return V{rnd_int({3, 5, 7, 3}, DType::u8, g, 0, 255), rnd_int({3, 5, 7, 3}, DType::u8, g, 0, 255)};
+              },
+              runner<AddInt8>({0.011, 0.017, 0.019, 121, 133, 119, "u8", false}), false, {}, {}}),
+    Register({"add_int8", "s8 + s8 -> s8",
+              [](DType, Generator& g) {
+                return V{rnd_int({2, 40000}, DType::i8, g, -128, 127), rnd_int({2, 40000}, DType::i8, g, -128, 127)};
+              },
+              runner<AddInt8>({0.05, 0.02, 0.06, -3, 5, 2, "s8", false}), false, {}, {}}),
 };
 }  // namespace
 }  // namespace reckon::harness

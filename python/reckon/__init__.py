@@ -19,6 +19,9 @@ module), so the figures here are the figures the CLI prints::
 
     reckon.ledger(torch_module, example_input=x)          # any PyTorch CNN, through an ONNX export
 
+    e = reckon.Engine(reckon.model("model.int8.onnx"), (1, 3, 32, 32))  # the inference engine
+    y = e.run(x)                                          # (a QDQ file runs its int8 kernels)
+
 Tensors share memory with numpy and PyTorch both ways (DLPack and the buffer protocol):
 ``numpy.asarray(t)``, ``torch.from_dlpack(t)``, ``reckon.tensor(numpy_or_torch)``.
 Errors from the library are ``reckon.Error`` (a RuntimeError) with the CLI's one-line message.
@@ -32,10 +35,10 @@ import tempfile
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from . import _reckon
-from ._reckon import Error, Module, Tensor, tensor
+from ._reckon import Engine, Error, Module, Tensor, tensor
 
 __all__ = [
-    "Error", "Module", "Tensor", "tensor", "from_numpy", "from_dlpack", "models", "model", "input_shape",
+    "Engine", "Error", "Module", "Tensor", "tensor", "from_numpy", "from_dlpack", "models", "model", "input_shape",
     "Ledger", "ledger", "Plan", "plan", "TrainResult", "train", "train_options", "export_onnx", "version",
 ]
 

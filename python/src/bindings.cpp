@@ -17,6 +17,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "reckon/engine/engine.h"
 #include "reckon/ledger/inference.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
@@ -411,6 +412,44 @@ NB_MODULE(_reckon, m) {
            },
            nb::arg("path"), nb::arg("input"), nb::arg("opset") = 17, nb::arg("dynamic_batch") = false)
       .def("__repr__", &nn::Module::repr);
+
+  // The inference engine (engine/engine.h) over a module's forward at one input shape: what an ONNX
+  // Runtime user opens an InferenceSession for. A QDQ-format int8 file runs its int8 kernels.
+  nb::class_<engine::Engine>(m, "Engine",
+                             "the inference engine: a module's eval forward compiled for one input shape "
+                             "(passes, layouts, a static memory plan); run(x) gives the output")
+      .def("__init__",
+           [](engine::Engine* e, nn::Module& mod, std::vector<int64_t> input) {
+             Shape s(input.begin(), input.end());
+             nb::gil_scoped_release nogil;
+             new (e) engine::Engine(engine::make_program(mod, s));
+           },
+           nb::arg("module"), nb::arg("input_shape"))
+      .def("run",
+           [](engine::Engine& e, nb::handle x) {
+             Tensor in = as_tensor(x);
+             nb::gil_scoped_release nogil;
+             return e.run(in);
+           },
+           nb::arg("x"), "the output for x (input_shape, float32)")
+      .def_prop_ro("input_shape", [](const engine::Engine& e) { return std::vector<int64_t>(e.input_shape().begin(), e.input_shape().end()); })
+      .def_prop_ro("arena_bytes", &engine::Engine::arena_bytes)
+      .def_prop_ro("weight_bytes", &engine::Engine::weight_bytes)
+      .def("steps",
+           [](const engine::Engine& e) {
+             nb::list out;
+             for (const auto& s : e.steps()) {
+               nb::dict d;
+               d["name"] = s.name;
+               d["op"] = s.op;
+               d["kind"] = s.kind;
+               d["impl"] = s.impl;
+               d["macs"] = s.cost.macs;
+               out.append(d);
+             }
+             return out;
+           },
+           "one dict per step: name (the layer), op, kind (onednn, kernel, reorder, view), impl, macs");
 
   m.def("model_names", &nn::model_names);
   m.def("_make_model",

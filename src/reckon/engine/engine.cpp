@@ -51,6 +51,7 @@ struct Step {
   std::vector<int> ins, outs;
   std::vector<Tensor> tin, tout;
   bool use_ref = false;
+  bool flat = false;  // its tensors are the values' bytes in their layouts, seen as 1-D (an elementwise kernel)
   // Bound when the engine is built.
   std::unordered_map<int, memory> margs;
 };
@@ -526,6 +527,36 @@ struct Engine::Impl {
     return true;
   }
 
+  // add_int8 (ops/quant.h): its own kernel over the bytes of the layout its inputs share (an
+  // elementwise op does not mind how they are laid out), as long as the layout has no padding.
+  // The output is a buffer of its own: the kernel's loops assume it overlaps neither input.
+  bool lower_add_int8(const Node& n) {
+    const int a = n.inputs[0], b = n.inputs[1];
+    const Shape& ys = gval(n.outputs[0]).spec.shape;
+    const DType yt = gval(n.outputs[0]).spec.dtype;
+    const int ae = ev_of(a);
+    memory::desc md = vals[size_t(ae)].md;
+    if (md.is_zero() || int64_t(md.get_size()) != shape_numel(ys)) return false;  // blocks padded: plain views
+    md.data.data_type = memory::convert_to_c(dt(gval(b).spec.dtype));
+    const int be = as(ev_of(b), md);
+    md.data.data_type = memory::convert_to_c(dt(yt));
+    const int y = new_arena(md, ys, yt);
+    read(ae);
+    read(be);
+    Step& s = add_step(n.scope, fmt::format("add int8 {}+{}->{}", quant_dtype_name(gval(a).spec.dtype),
+                                            quant_dtype_name(gval(b).spec.dtype), quant_dtype_name(yt)),
+                       "kernel");
+    s.dnnl_step = false;
+    s.flat = true;
+    s.op = n.op;
+    s.attrs = n.attrs.get();
+    s.ins = {ae, be};
+    s.outs = {y};
+    s.info.impl = "reckon cpu kernel (any layout)";
+    set_out(n, y);
+    return true;
+  }
+
   // An output in the input's layout: the input's own buffer when it dies here.
   int same_layout_out(const Node& n, int gv_in, const memory::desc& md, bool& in_place) {
     const int ev = ev_of(gv_in);
@@ -772,6 +803,7 @@ struct Engine::Impl {
     else if (id == op_id<FusedLinear>) done = lower_linear(n, attrs_of<PostOpsAttrs>(n).post);
     else if (id == op_id<Conv2dInt8>) done = lower_conv_int8(n);
     else if (id == op_id<LinearInt8>) done = lower_linear_int8(n);
+    else if (id == op_id<AddInt8>) done = lower_add_int8(n);
     else if (id == op_id<Pool2dInt8>) {
       const auto& a = attrs_of<QuantPoolAttrs>(n);
       const auto alg = a.mode == "max" ? dnnl::algorithm::pooling_max
@@ -940,9 +972,9 @@ struct Engine::Impl {
       else if (v.where == Where::input) input_evs.push_back(int(i));
       if (!v.md.is_zero()) mems[i] = memory(v.md, dnnl_util::engine(), p);
     }
-    auto tensor_of = [&](int ev) {
+    auto tensor_of = [&](int ev, bool flat) {
       const EVal& v = vals[size_t(ev)];
-      if (v.where == Where::constant && !v.view && v.data.dtype() == v.dtype) return v.data;
+      if (v.where == Where::constant && !v.view && v.data.dtype() == v.dtype && !flat) return v.data;
       auto impl = std::make_shared<TensorImpl>();
       if (v.where == Where::arena) {
         impl->storage = arena_t.storage_ptr();
@@ -951,8 +983,8 @@ struct Engine::Impl {
         impl->storage = v.data.storage_ptr();
         impl->offset = v.data.offset() + v.elem_offset;
       }
-      impl->shape = v.shape;
-      impl->strides = v.strides;
+      impl->shape = flat ? Shape{val_bytes(ev) / int64_t(dtype_size(v.dtype))} : v.shape;
+      impl->strides = flat ? Shape{1} : v.strides;
       impl->dtype = v.dtype;
       return Tensor(impl);
     };
@@ -963,8 +995,8 @@ struct Engine::Impl {
           s.margs.emplace(DNNL_ARG_SCRATCHPAD, memory(s.scratch_md, dnnl_util::engine(),
                                                      base + buffers[size_t(s.scratch_buffer)].offset));
       } else {
-        for (int ev : s.ins) s.tin.push_back(ev < 0 ? Tensor() : tensor_of(ev));
-        for (int ev : s.outs) s.tout.push_back(tensor_of(ev));
+        for (int ev : s.ins) s.tin.push_back(ev < 0 ? Tensor() : tensor_of(ev, s.flat));
+        for (int ev : s.outs) s.tout.push_back(tensor_of(ev, s.flat));
       }
     }
   }

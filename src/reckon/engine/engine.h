@@ -14,8 +14,10 @@
 // Ops without a oneDNN lowering run their own cpu (or reference) kernel on plain views of the
 // arena; their kernel workspace, if any, is the one allocation a run may make (steps() says
 // which steps are kernels).
-// Not here: bf16 or int8 execution (fp32 only), several inputs or outputs, dynamic shapes (an
-// engine is built for one input shape; build one per batch size).
+// int8 programs (quantize.h, or a QDQ file after the fuse_qdq pass) run their int8 ops as oneDNN's
+// int8 primitives in the same plan; add_int8 runs its own kernel over the bytes of any layout.
+// Not here: bf16 execution, several inputs or outputs, dynamic shapes (an engine is built for one
+// input shape; build one per batch size).
 #pragma once
 #include <memory>
 #include <string>

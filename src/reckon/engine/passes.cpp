@@ -74,6 +74,7 @@ int fold_constants(Program& p) {
     Node& n = g.nodes[i];
     const OpInfo& info = op_info(n.op);
     if (info.random || n.aliases != 0 || n.inputs.empty()) continue;
+    if (n.op == op_id<DequantizeLinear>) continue;  // a quantized weight or bias: fuse_qdq takes it as it is
     bool all_const = true;
     for (int v : n.inputs)
       if (v >= 0 && !p.is_constant(v)) all_const = false;
@@ -352,7 +353,8 @@ const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> v = {
       {"fold_constants", fold_constants},     {"remove_identities", remove_identities},
       {"fold_batch_norm", fold_batch_norm},   {"fuse_elementwise", fuse_elementwise},
-      {"fuse_post_ops", fuse_post_ops},       {"eliminate_dead_values", eliminate_dead_values},
+      {"fuse_post_ops", fuse_post_ops},       {"fuse_qdq", fuse_qdq},
+      {"eliminate_dead_values", eliminate_dead_values},
   };
   return v;
 }

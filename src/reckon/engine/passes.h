@@ -11,6 +11,10 @@
 //                         elementwise ops -> one elementwise_fused loop
 //   fuse_post_ops         conv/linear + (activations)* + the residual add + (activations)* ->
 //                         one conv2d_fused / linear_fused (oneDNN post-ops)
+//   fuse_qdq              a QDQ-format int8 model (DequantizeLinear -> float op -> QuantizeLinear):
+//                         each pattern -> the int8 op computing it (conv2d_int8, linear_int8,
+//                         pool2d_int8, add_int8); fold_constants leaves a dequantize of a constant
+//                         for it, and it folds those it does not fuse (fuse_qdq.cpp)
 //   eliminate_dead_values nodes nothing reads, and the values only they read
 // On a program without data (meta) they rewrite the structure all the same: folded constants
 // are meta tensors of the right shapes.
@@ -38,6 +42,7 @@ int remove_identities(Program& p);
 int fold_batch_norm(Program& p);
 int fuse_elementwise(Program& p);
 int fuse_post_ops(Program& p);
+int fuse_qdq(Program& p);
 int eliminate_dead_values(Program& p);
 
 struct PassInfo {

@@ -305,13 +305,13 @@ std::vector<double> weight_scales(const Tensor& w, bool per_channel) {
       double& m = s[per_channel ? size_t(o) : 0];
       m = std::max(m, double(std::abs(p[o * K + k])));
     }
-  for (double& v : s) v = v > 0 ? v / 127.0 : 1.0;
+  for (double& v : s) v = double(float(v > 0 ? v / 127.0 : 1.0));
   return s;
 }
 
 std::pair<DType, double> activation_qparams(double min, double threshold) {
   const bool u8 = min >= 0;
-  return {u8 ? DType::u8 : DType::i8, threshold / (u8 ? 255.0 : 127.0)};
+  return {u8 ? DType::u8 : DType::i8, double(float(threshold / (u8 ? 255.0 : 127.0)))};
 }
 
 // ---- the rewrite ----

@@ -91,7 +91,8 @@ void parse_method(const std::string& s, QuantOptions& o);
 double threshold(const Observation& ob, const QuantOptions& o, int levels);
 
 // The two rules every int8 value follows (the rewrite below, and quantization-aware training's
-// fake quantization: train/qat.h), defined once:
+// fake quantization: train/qat.h), defined once. Scales are float32 numbers (held as doubles), as
+// an ONNX file stores them, so a program written as a QDQ file and read back is the same program:
 // weights w (O, ...): s8, symmetric, scale max |w| / 127 per output channel (one per tensor when
 // !per_channel; 1 where all are 0);
 std::vector<double> weight_scales(const Tensor& w, bool per_channel);

@@ -35,7 +35,16 @@ struct Ctx {
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
 bool is_int(DType t) { return t == DType::i64 || t == DType::i32 || t == DType::i8 || t == DType::u8; }
-bool host_int(const Tensor& t) { return t.defined() && is_int(t.dtype()) && t.device() == Device::cpu; }
+// An integer tensor computed on the host (shapes and indices). 8-bit integers are not: they are a
+// quantized model's activations and weights (QDQ), computed by ops like any activation.
+bool is_q8(DType t) { return t == DType::u8 || t == DType::i8; }
+bool host_int(const Tensor& t) {
+  return t.defined() && is_int(t.dtype()) && !is_q8(t.dtype()) && t.device() == Device::cpu;
+}
+// Any integer tensor on the host, 8-bit ones too: what elementwise integer arithmetic (Add, Clip, ...
+// of ONNX's own integer node tests) computes on the host; a QDQ model does its 8-bit arithmetic
+// between a DequantizeLinear and a QuantizeLinear, in float.
+bool host_int_arith(const Tensor& t) { return t.defined() && is_int(t.dtype()) && t.device() == Device::cpu; }
 
 // ---- host tensors (integers computed on the cpu, whatever the model's device) ----
 std::vector<int64_t> ints_of(const Tensor& t, const std::string& what) {
@@ -221,6 +230,11 @@ Tensor pool2d(const Tensor& x, const Window& w, bool max, bool ceil_mode, bool i
     pa.padding = {w.p[0].first, w.p[1].first};
   }
   Tensor y;
+  if (max && is_q8(x.dtype())) {  // a max of 8-bit values is the max of what they stand for
+    RK_CHECK(!explicit_pad && !ceil_mode && !indices,
+             "MaxPool of {} with asymmetric padding, ceil_mode or Indices is not supported", dtype_name(x.dtype()));
+    return call1<Pool2dInt8>({x}, QuantPoolAttrs{pa, "max"});
+  }
   if (max) {
     auto r = call<MaxPool2d>({xp}, pa);
     y = r[0];
@@ -483,7 +497,7 @@ Outs softmax_like(Ctx& c, Ins& in, bool log) {
 
 Outs binary(Ctx& c, Ins& in, char op) {
   Tensor a = in[0], b = in[1];
-  if (host_int(a) && host_int(b)) {
+  if (host_int_arith(a) && host_int_arith(b)) {
     auto f = [op](double x, double y) {
       switch (op) {
         case '+': return x + y;
@@ -550,7 +564,7 @@ Outs clip(Ctx& c, Ins& in) {
     lo = c.n.get_f("min", lo);
     hi = c.n.get_f("max", hi);
   }
-  if (host_int(x)) {
+  if (host_int_arith(x)) {
     Tensor xc = contiguous(x), y = Tensor::empty(x.shape(), x.dtype(), Device::cpu);
     for (int64_t i = 0; i < x.numel(); ++i) y.set(i, std::clamp(xc.get(i), lo, hi));
     return {y};
@@ -614,8 +628,10 @@ Outs dequantize_linear_op(Ctx& c, Ins& in) {
   QuantizeAttrs a = qdq_attrs(c, in, in[0].dtype());
   // An integer initializer (a weight, a bias) lives on the host: dequantized there, it is a float
   // constant of the model, on the model's device (the meta device: its shape only).
+  // (On the meta device the constant is a meta tensor of its shape and dtype, so the program keeps
+  // the dequantize node that the engine's fuse_qdq pass reads the int8 layer from.)
   if (in[0].device() != c.device && c.device == Device::meta)
-    return {Tensor::empty(in[0].shape(), DType::f32, Device::meta)};
+    return {call1<DequantizeLinear>({Tensor::empty(in[0].shape(), in[0].dtype(), Device::meta)}, a)};
   RK_CHECK(in[0].device() == c.device || c.device == Device::cpu,
            "DequantizeLinear of a constant for the {} device is not supported", device_name(c.device));
   return {call1<DequantizeLinear>({in[0]}, a)};

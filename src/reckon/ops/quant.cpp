@@ -124,9 +124,11 @@ DType quant_residual_dtype(std::string_view op, const QuantLinearAttrs& q) {
   return q.r_dtype.empty() ? quant_dtype(op, q.y_dtype, true) : quant_dtype(op, q.r_dtype);
 }
 float quant_multiplier(const QuantLinearAttrs& q, int64_t o) {
-  const double ws = q.w_scale.size() == 1 ? q.w_scale[0] : q.w_scale[size_t(o)];
-  const bool real_out = q.y_dtype == "f32";
-  return float(q.x_scale * ws / (real_out ? 1.0 : q.y_scale));
+  // In float32, each step rounded, as ONNX Runtime's QLinearConv and QGemm compute it (so an imported
+  // QDQ file requantizes as ONNX Runtime runs it). volatile: no compiler may keep the product wider.
+  const float ws = float(q.w_scale.size() == 1 ? q.w_scale[0] : q.w_scale[size_t(o)]);
+  volatile float xw = float(q.x_scale) * ws;
+  return q.y_dtype == "f32" ? float(xw) : float(xw) / float(q.y_scale);
 }
 std::vector<PostOp> quant_scaled_post(const QuantLinearAttrs& q) {
   const double ys = q.y_dtype == "f32" ? 1.0 : q.y_scale;
@@ -333,11 +335,12 @@ std::string qproduct(OnnxArgs& a, const QuantLinearAttrs& q, F&& f32_op) {
     for (double ws : q.w_scale) bs.push_back(q.x_scale * ws);
     b = dq(a, a.in[2], bs, std::vector<int64_t>(bs.size(), 0), DType::i32, 0);
   }
-  OnnxArgs f{a.sink, {x, w, b}, a.in_specs, a.out_specs};
-  std::string y = f32_op(f);
+  // The residual's dequantize before the product, so that a reader fusing the sum into the product
+  // (reckon's own importer) finds it made before the product runs.
   std::string r;
   if (has_sum(q.post)) r = dq(a, a.in.at(3), {q.r_scale}, {0}, quant_residual_dtype("int8 product", q));
-  y = post_chain(a, y, q.post, r);
+  OnnxArgs f{a.sink, {x, w, b}, a.in_specs, a.out_specs};
+  std::string y = post_chain(a, f32_op(f), q.post, r);
   if (q.y_dtype == "f32") return y;
   return qz(a, y, q.y_scale, q.y_zero_point, quant_dtype("int8 product", q.y_dtype));
 }

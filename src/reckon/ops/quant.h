@@ -7,11 +7,15 @@
 //    saturation clamps to the storage type's range before rounding;
 //  - a convolution or linear layer accumulates (x_q - x_zp) * w_q exactly in int32, adds the
 //    int32 bias (quantized with scale x_scale * w_scale[o] and zero point 0), converts to f32
-//    and multiplies by one f32 factor per output channel, m[o] = float(x_scale * w_scale[o] /
-//    y_scale) (computed in double, rounded once); its post-ops then run on that scaled value in
-//    f32 (relu and leaky relu as they are, clamp with its bounds divided by y_scale, sum adding
-//    the residual times float(r_scale / y_scale)), and the result is rounded, shifted by y_zp
-//    and saturated. With an f32 output (y_dtype "f32") y_scale is 1 and nothing is rounded.
+//    and multiplies by one f32 factor per output channel, m[o] = x_scale * w_scale[o] / y_scale
+//    computed in float32, step by step (ONNX Runtime's QLinearConv and QGemm compute theirs so);
+//    its post-ops then run on that scaled value in f32 (relu and leaky relu as they are, clamp
+//    with its bounds divided by y_scale, sum adding the residual times float(r_scale / y_scale)),
+//    and the result is rounded, shifted by y_zp and saturated (rounding after the shift would lose
+//    the fraction of a value near .5 to float32's spacing at 128). With an f32 output (y_dtype
+//    "f32") y_scale is 1 and nothing is rounded.
+//  - add_int8 is ONNX Runtime's QLinearAdd: a * (a_scale / y_scale) + b * (b_scale / y_scale) plus
+//    the zero points' constant y_zp - (a_zp * ... + b_zp * ...), in float32 (add_int8_value).
 // Weights are s8, symmetric (zero point 0), per output channel (w_scale has one entry per
 // output channel) or per tensor (one entry).
 // ONNX: each op exports in the QDQ format ONNX Runtime runs (QuantizeLinear / DequantizeLinear
@@ -23,6 +27,9 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -200,8 +207,9 @@ struct Pool2dInt8 {
   RK_OP_ONNX;
 };
 
-// y = saturate(round(float(a_scale / y_scale) * (a - a_zp) + float(b_scale / y_scale) * (b - b_zp)
-//     [then relu]) + y_zp): the residual add of two 8-bit tensors of one shape.
+// y = saturate(round(a_scale / y_scale * (a - a_zp) + b_scale / y_scale * (b - b_zp) + y_zp)), relu
+//     keeping it at y_zp or above: the residual add of two 8-bit tensors of one shape, in the float32
+//     arithmetic add_int8_value defines.
 struct QuantAddAttrs {
   double a_scale = 1.0, b_scale = 1.0, y_scale = 1.0;
   int64_t a_zero_point = 0, b_zero_point = 0, y_zero_point = 0;
@@ -214,8 +222,26 @@ struct AddInt8 {
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
   RK_OP_DECLS(QuantAddAttrs);
   RK_OP_REF;
+  RK_OP_CPU;
   RK_OP_ONNX;
 };
+// add_int8's arithmetic, as every kernel of it computes it (and as ONNX Runtime's QLinearAdd does
+// on x86): the ratios of the scales in float32, the zero points folded into one constant, and
+// v = a * ma + (b * mb + fixed) as two fused multiply-adds (explicit, so no compiler's contraction
+// choice can make two kernels differ); relu keeps v at the output's zero point or above. The
+// stored value is v saturated to the output's type and rounded half to even.
+struct AddInt8Coefs {
+  float ma, mb, fixed, floor;
+};
+inline AddInt8Coefs add_int8_coefs(const QuantAddAttrs& a) {
+  const float ma = float(a.a_scale) / float(a.y_scale), mb = float(a.b_scale) / float(a.y_scale);
+  volatile float za = ma * float(a.a_zero_point), zb = mb * float(a.b_zero_point);  // each product rounded
+  const float zy = float(a.y_zero_point);
+  return {ma, mb, zy - (za + zb), a.relu ? zy : -std::numeric_limits<float>::infinity()};
+}
+inline float add_int8_value(const AddInt8Coefs& c, int32_t a, int32_t b) {
+  return std::max(std::fma(float(a), c.ma, std::fma(float(b), c.mb, c.fixed)), c.floor);
+}
 
 #define RK_QUANT_OPS(X) X(QuantizeLinear) X(DequantizeLinear) X(FakeQuantize) X(FakeQuantizeBackward) X(Conv2dInt8) X(LinearInt8) X(Pool2dInt8) X(AddInt8)
 

@@ -167,16 +167,14 @@ void Pool2dInt8::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> o
 
 void AddInt8::ref(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const DType yt = out[0].dtype();
-  const float ma = float(a.a_scale / a.y_scale), mb = float(a.b_scale / a.y_scale);
-  const float lo = float(quant_min(yt)), hi = float(quant_max(yt)), zp = float(a.y_zero_point);
+  const AddInt8Coefs c = add_int8_coefs(a);
+  const float lo = float(quant_min(yt)), hi = float(quant_max(yt));
   const int64_t n = out[0].numel();
   auto at = [](const Tensor& t, int64_t i) {
     return t.dtype() == DType::u8 ? int32_t(t.data<uint8_t>()[i]) : int32_t(t.data<int8_t>()[i]);
   };
   for (int64_t i = 0; i < n; ++i) {
-    float v = ma * float(at(in[0], i) - int32_t(a.a_zero_point)) + mb * float(at(in[1], i) - int32_t(a.b_zero_point));
-    if (a.relu) v = std::max(v, 0.f);
-    v = round_saturate(v + zp, lo, hi);
+    const float v = round_saturate(add_int8_value(c, at(in[0], i), at(in[1], i)), lo, hi);
     if (yt == DType::u8) out[0].data<uint8_t>()[i] = uint8_t(v);
     else out[0].data<int8_t>()[i] = int8_t(v);
   }

@@ -56,7 +56,7 @@ struct Requant {
     v *= quant_multiplier(q, o);
     v = post.apply(v, r);
     if (yt == DType::f32) return v;
-    return round_saturate(v + zp, lo, hi);
+    return round_saturate(v, lo - zp, hi - zp) + zp;  // rounded, then shifted (an integer: exact)
   }
   void store(Tensor& y, int64_t i, float v) const {
     if (yt == DType::f32) y.data<float>()[i] = v;
