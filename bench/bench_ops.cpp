@@ -116,8 +116,33 @@ void BM_max_pool2d_fwd(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 2);
 }
 
+// LeNet-5's first layer (1 -> 6 channels, 5x5, padding 2, 28x28) at batch 256, the forward of the
+// inference engine's direct step: f32, and int8 (s8 in, u8 out, bias and relu requantized). Both
+// run reckon's direct loops (kernels/cpu/conv_small.h); int8 adds the conversions around them.
+void BM_first_layer_fwd(benchmark::State& st) {
+  const bool int8 = st.range(0) != 0;
+  Tensor x = rand_t({256, 1, 28, 28}), w = rand_t({6, 1, 5, 5}), b = rand_t({6});
+  NoGrad ng;
+  if (!int8) {
+    Conv2dArgs a{{1, 1}, {2, 2}, {1, 1}, 1};
+    run_bench(st, [&] { benchmark::DoNotOptimize(relu(conv2d(x, w, b, a))); });
+    return;
+  }
+  QuantConvAttrs qa;
+  qa.conv = {{1, 1}, {2, 2}, {1, 1}, 1};
+  qa.q.x_scale = 0.02;
+  qa.q.w_scale = std::vector<double>(6, 0.01);
+  qa.q.y_scale = 0.05;
+  qa.q.post = {{"relu"}};
+  Tensor xq = call<QuantizeLinear>({x}, QuantizeAttrs{{0.02}, {0}, 1, "s8"})[0];
+  Tensor wq = call<QuantizeLinear>({w}, QuantizeAttrs{{0.01}, {0}, 1, "s8"})[0];
+  Tensor bq = Tensor::zeros({6}, DType::i32);
+  run_bench(st, [&] { benchmark::DoNotOptimize(call<Conv2dInt8>({xq, wq, bq}, qa)[0]); });
+}
+
 }  // namespace
 
+BENCHMARK(BM_first_layer_fwd)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_max_pool2d_fwd)->Args({64, 6, 28})->Args({32, 64, 112})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();

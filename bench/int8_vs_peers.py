@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """int8 inference speed: reckon's int8 engine next to reckon's fp32 engine, ONNX Runtime's int8
-(its own quantize_static QDQ model of the same file) and PyTorch's x86 int8 backend, same model,
+(its own quantize_static QDQ model of the same file) and PyTorch's int8 backend, same model,
 same batch, same threads, in one run.
 
     python3 bench/int8_vs_peers.py [--reckon build/reckon] [--threads 2] [--repeats 3]
@@ -8,20 +8,27 @@ same batch, same threads, in one run.
 
 For each case (model, batch) the model is built in PyTorch (scripts/torch_models.py) with random
 weights and exported once to ONNX (opset 17, the batch fixed), as bench/infer_vs_peers.py does.
-Then, each repeat in fresh processes and in turn (one runs at a time):
-  reckon fp32:  `reckon bench-infer FILE --precision fp32 --json`;
-  reckon int8:  `reckon bench-infer FILE --precision int8 --json` (min-max calibration on random
-                batches, s8 per-channel weights, u8/s8 activations with zero point 0);
-  ORT int8:     onnxruntime.quantization's quant_pre_process then quantize_static on the same file (QDQ, per-channel
-                s8 weights, u8 activations, min-max calibration on 8 random batches), run with
-                ORT_ENABLE_ALL, intra-op threads T, one session alive at a time;
-  PyTorch int8: torch.ao.quantization's FX graph mode with the x86 backend's default qconfig,
-                calibrated on 8 random batches, under each interpreter that has torch (the faster
-                kept and named); a model it cannot trace is reported as n/a.
+ONNX Runtime quantizes it once (scripts/ort_quantize.py: quant_pre_process, then quantize_static:
+QDQ, per-channel s8 weights, u8 activations, min-max calibration on 8 random batches). Then, each
+repeat in fresh processes and in turn (one runs at a time):
+  reckon fp32:       `reckon bench-infer FILE --precision fp32 --json`;
+  reckon int8:       `reckon bench-infer FILE --precision int8 --json` (reckon's own quantization:
+                     min-max on random batches, s8 per-channel weights, u8/s8 activations, zero
+                     point 0);
+  reckon, ORT's file: `reckon bench-infer QDQ_FILE --json`: ONNX Runtime's own int8 model, which
+                     reckon's fuse_qdq pass runs with its int8 kernels (the same file as the next);
+  ORT int8:          that QDQ file in ONNX Runtime, ORT_ENABLE_ALL, intra-op threads T, one
+                     session alive at a time;
+  PyTorch int8:      torch.ao.quantization's FX graph mode, calibrated on 8 random batches, under
+                     each interpreter that has torch, with its best engine (x86 where it has one,
+                     fbgemm on Debian's 1.13), the faster kept and named; a model it cannot trace
+                     is reported as n/a.
 Each reports the median of single-run latencies (p50); images/s = batch / p50; the table has the
 median over repeats, reckon int8's ratio to each peer (above 1: reckon is faster) and its share of
-the machine's int8 peak, given as --int8-peak (G MAC/s over all threads; measure it, e.g. with
-oneDNN's benchdnn or a vpdpbusd loop). Not a test: nothing here fails on a slow result.
+the machine's int8 peak: bench/vnni_peak.c (vpdpbusd in 16 chains per thread, compiled and run here
+on T threads) unless --int8-peak (G MAC/s over all threads) is given. The MACs are the declared
+MACs of the fp32 model (`reckon ledger --inference`), padded taps included. Not a test: nothing here
+fails on a slow result.
 """
 import argparse
 import json
@@ -59,18 +66,31 @@ def worker_torch_int8(model, batch, threads, min_time):
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     torch.set_num_threads(threads)
-    torch.backends.quantized.engine = "x86"
+    # x86 (fbgemm and onednn chosen per op) from torch 2.0; Debian's 1.13 has fbgemm
+    qengine = "x86" if "x86" in torch.backends.quantized.supported_engines else "fbgemm"
+    torch.backends.quantized.engine = qengine
     net = torch_models.build(model).eval()
     c, h, w = torch_models.input_shape(model)
     x = torch.randn(batch, c, h, w)
-    prepared = prepare_fx(net, get_default_qconfig_mapping("x86"), example_inputs=(x,))
+    prepared = prepare_fx(net, get_default_qconfig_mapping(qengine), example_inputs=(x,))
     with torch.no_grad():
         for xb in random_batches([batch, c, h, w], 8):
             prepared(torch.from_numpy(xb))
     q = convert_fx(prepared)
     with torch.no_grad():
         p50, n = base.timed(lambda: q(x), min_time)
-    return {"p50_ms": 1e3 * p50, "runs": n, "version": torch.__version__}
+    return {"p50_ms": 1e3 * p50, "runs": n, "version": f"{torch.__version__} {qengine}"}
+
+
+def measured_int8_peak(threads):
+    """G MAC/s of vpdpbusd on this cpu with `threads` threads (bench/vnni_peak.c), or 0."""
+    exe = os.path.join(tempfile.mkdtemp(prefix="reckon_vnni_"), "vnni_peak")
+    build = subprocess.run(["cc", "-O2", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-fopenmp",
+                            os.path.join(HERE, "vnni_peak.c"), "-o", exe], capture_output=True, text=True)
+    if build.returncode != 0:
+        return 0.0
+    run = subprocess.run([exe, str(threads)], capture_output=True, text=True)
+    return float(run.stdout.strip()) if run.returncode == 0 else 0.0
 
 
 def main():
@@ -101,19 +121,20 @@ def main():
         qdq = os.path.join(tmp, f"{model}_b{batch}.qdq.onnx")
         base.export(model, batch, fp32)
         quantize_ort(fp32, qdq, batch)
-        runs = {"reckon_fp32": [], "reckon_int8": [], "ort_int8": []}
+        runs = {"reckon_fp32": [], "reckon_int8": [], "reckon_ortfile": [], "ort_int8": []}
         torch_runs = {p: [] for p in pythons}
         info = {}
         for _ in range(a.repeats):
-            for prec in ("fp32", "int8"):
-                r = base.run_json([a.reckon, "bench-infer", fp32, "--batch", str(batch), "--threads", str(a.threads),
+            for key, path, prec in (("reckon_fp32", fp32, "fp32"), ("reckon_int8", fp32, "int8"),
+                                    ("reckon_ortfile", qdq, "fp32")):
+                r = base.run_json([a.reckon, "bench-infer", path, "--batch", str(batch), "--threads", str(a.threads),
                                    "--min-time", str(a.min_time), "--precision", prec, "--json"])
                 if "p50_ms" in r:
-                    runs[f"reckon_{prec}"].append(r["p50_ms"])
-                    info[f"reckon_{prec}"] = {k: r[k] for k in ("reorders_per_run", "kernel_steps", "cpu_isa",
-                                                                "weight_bytes", "arena_bytes")}
+                    runs[key].append(r["p50_ms"])
+                    info[key] = {k: r.get(k) for k in ("reorders_per_run", "kernel_steps", "direct_steps", "cpu_isa",
+                                                       "weight_bytes", "arena_bytes")}
                 else:
-                    info[f"reckon_{prec}_error"] = r.get("error")
+                    info[f"{key}_error"] = r.get("error")
             o = base.run_json([sys.executable, __file__, "--threads", str(a.threads), "--min-time", str(a.min_time),
                                "--worker", "ort", qdq, str(batch)])
             if "p50_ms" in o:
@@ -147,21 +168,23 @@ def main():
     def ips(b, ms):
         return b / (ms / 1e3) if ms else float("nan")
 
-    print(f"\n{a.threads} threads; median of {a.repeats} repeats of p50 latency; images/s = batch / p50")
-    peak = f" | reckon int8 share of {a.int8_peak:.0f} G MAC/s" if a.int8_peak else ""
-    print("| case | reckon fp32 img/s | reckon int8 img/s | ORT int8 img/s | PyTorch int8 img/s | int8 / fp32 "
-          f"| reckon / ORT | reckon / PyTorch{peak} |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.int8_peak else ""))
+    peak = a.int8_peak or measured_int8_peak(a.threads)
+    print(f"\n{a.threads} threads; median of {a.repeats} repeats of p50 latency; images/s = batch / p50; "
+          f"int8 peak (vpdpbusd, {a.threads} threads): {peak:.0f} G MAC/s")
+    print("| case | reckon fp32 | reckon int8 | reckon on ORT's file | ORT int8 | PyTorch int8 | int8 / fp32 "
+          "| reckon / ORT | ORT's file: reckon / ORT | reckon / PyTorch | reckon int8 share of peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         b = r["batch"]
         f, i = ips(b, r.get("reckon_fp32_p50_ms")), ips(b, r.get("reckon_int8_p50_ms"))
-        o, t = ips(b, r.get("ort_int8_p50_ms")), ips(b, r.get("torch_int8_p50_ms"))
+        rf, o = ips(b, r.get("reckon_ortfile_p50_ms")), ips(b, r.get("ort_int8_p50_ms"))
+        t = ips(b, r.get("torch_int8_p50_ms"))
         tname = f" ({r['torch']['version']})" if r["torch"] else " (n/a)"
-        share = ""
-        if a.int8_peak and r["macs"] and r.get("reckon_int8_p50_ms"):
-            share = f" | {r['macs'] / (r['reckon_int8_p50_ms'] / 1e3) / 1e9 / a.int8_peak:.0%}"
-        print(f"| {r['model']} batch {b} | {f:,.1f} | {i:,.1f} | {o:,.1f} | {t:,.1f}{tname} | {i / f:.2f} | "
-              f"{i / o:.2f} | {i / t:.2f}{share} |")
+        share = "n/a"
+        if peak and r["macs"] and r.get("reckon_int8_p50_ms"):
+            share = f"{r['macs'] / (r['reckon_int8_p50_ms'] / 1e3) / 1e9 / peak:.0%}"
+        print(f"| {r['model']} batch {b} | {f:,.1f} | {i:,.1f} | {rf:,.1f} | {o:,.1f} | {t:,.1f}{tname} | "
+              f"{i / f:.2f} | {i / o:.2f} | {rf / o:.2f} | {i / t:.2f} | {share} |")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -105,6 +105,11 @@ TEST(QuantKernels, ConvolutionMatchesTheReferenceBitForBitOnRaggedShapes) {
       {{2, 3, 15, 14}, {8, 3, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, DType::i8, "u8", {{"relu"}}, true, true, 0, 0},
       {{2, 9, 6, 5}, {7, 9, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, DType::u8, "f32", {{"relu"}}, true, true, 0, 0},
       {{1, 6, 7, 7}, {5, 6, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, DType::u8, "u8", {}, true, true, 117, 9},
+      // first layers (few input channels): reckon's direct loops (conv_small::forward_int8), rows
+      // of outputs and, from 12 outputs, output channels in the lanes; zero points on both sides
+      {{3, 1, 28, 28}, {6, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, DType::u8, "u8", {{"relu"}, {"clamp", 0, 6}}, true, true, 121, 7},
+      {{2, 2, 9, 11}, {13, 2, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, DType::i8, "s8", {{"sum"}}, true, true, 0, -3},
+      {{2, 3, 17, 5}, {16, 3, 3, 3}, {{1, 1}, {0, 0}, {1, 1}, 1}, DType::u8, "f32", {{"relu"}}, false, true, 3, 0},
   };
   Generator g(5);
   int i = 0;

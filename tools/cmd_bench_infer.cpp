@@ -104,10 +104,11 @@ int cmd_bench_infer(const Args& a) {
       for (size_t i = 0; i < t.size(); ++i) step_s[i] = std::min(step_s[i], t[i]);
     }
   }
-  int kernels = 0, onednn = 0;
+  int kernels = 0, onednn = 0, direct = 0;
   for (const auto& s : e.steps()) {
     kernels += s.kind == "kernel";
     onednn += s.kind == "onednn";
+    direct += s.kind == "direct";
   }
   nlohmann::json passes = nlohmann::json::array();
   for (const auto& r : e.passes())
@@ -128,6 +129,7 @@ int cmd_bench_infer(const Args& a) {
                    {"steps", e.steps().size()},
                    {"onednn_steps", onednn},
                    {"kernel_steps", kernels},
+                   {"direct_steps", direct},
                    {"reorders_per_run", e.reorders()},
                    {"arena_bytes", e.arena_bytes()},
                    {"weight_bytes", e.weight_bytes()},
@@ -151,8 +153,8 @@ int cmd_bench_infer(const Args& a) {
   std::printf("  latency      p50 %.3f ms   p90 %.3f ms   p99 %.3f ms   (%zu runs)\n", 1e3 * p50, 1e3 * p90, 1e3 * p99,
               lat.size());
   std::printf("  throughput   %.1f images/s (batch / p50)\n", double(a.batch) / p50);
-  std::printf("  engine       %zu steps (%d oneDNN primitives, %d op kernels), %d reorders per run, built in %.2f s\n",
-              e.steps().size(), onednn, kernels, e.reorders(), build_s);
+  std::printf("  engine       %zu steps (%d oneDNN primitives, %d direct, %d op kernels), %d reorders per run, built in %.2f s\n",
+              e.steps().size(), onednn, direct, kernels, e.reorders(), build_s);
   std::printf("  memory       arena %.2f MiB, weights %.2f MiB\n", double(e.arena_bytes()) / (1 << 20),
               double(e.weight_bytes()) / (1 << 20));
   std::printf("  passes      ");

@@ -1,14 +1,18 @@
 #include "reckon/engine/engine.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <optional>
 
+#include "reckon/kernels/cpu/conv_small.h"
 #include "reckon/kernels/cpu/dnnl_common.h"
+#include "reckon/kernels/cpu/post_ops.h"
 #include "reckon/kernels/cpu/quant_dnnl.h"
 #include "reckon/kernels/cpu/int8_exact.h"
 #include "reckon/ops/node.h"
@@ -52,6 +56,10 @@ struct Step {
   std::vector<Tensor> tin, tout;
   bool use_ref = false;
   bool flat = false;  // its tensors are the values' bytes in their layouts, seen as 1-D (an elementwise kernel)
+  // A product run by a kernel of reckon's own (conv_small's direct loops) on plain tensors, with
+  // scratch that is a buffer of the arena (scratch_buffer); bound when the engine is built.
+  std::function<void(std::span<const Tensor>, std::span<Tensor>, void*)> direct;
+  void* scratch = nullptr;
   // Bound when the engine is built.
   std::unordered_map<int, memory> margs;
 };
@@ -359,6 +367,7 @@ struct Engine::Impl {
     const int r = has_sum(post) ? n.inputs.at(3) : -1;
     if (!prog.is_constant(w) || (b >= 0 && !prog.is_constant(b)) || gval(x).spec.dtype != DType::f32) return false;
     const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
+    if (conv_small::applies(xs, ws, a, DType::f32)) return lower_conv_direct(n, a, post);
     memory::dims wd = dims_of(ws);
     tag wtag = tag::oihw;
     if (a.groups > 1) {
@@ -454,11 +463,60 @@ struct Engine::Impl {
     return true;
   }
 
+  // A direct step: fn on plain tensors (ins made readable so, -1 for none), one plain output, with
+  // scratch_bytes of the arena (known now: the same size function the kernel's eager call asks).
+  void add_direct(const Node& n, std::string op, std::vector<int> ins, int y, int64_t scratch_bytes,
+                  std::function<void(std::span<const Tensor>, std::span<Tensor>, void*)> fn) {
+    for (int& ev : ins)
+      if (ev >= 0) {
+        ev = kernel_readable(ev, false);
+        read(ev);
+      }
+    Step& s = add_step(n.scope, std::move(op), "direct");
+    s.dnnl_step = false;
+    s.ins = std::move(ins);
+    s.outs = {y};
+    s.direct = std::move(fn);
+    s.info.impl = "reckon direct (few channels)";
+    if (scratch_bytes > 0) {
+      Buffer b;
+      b.bytes = scratch_bytes;
+      b.first = b.last = step_index() - 1;
+      buffers.push_back(b);
+      shared_buffer.push_back(0);
+      s.scratch_buffer = int(buffers.size()) - 1;
+      s.info.scratch_bytes = scratch_bytes;
+    }
+    set_out(n, y);
+  }
+
+  // A convolution of few channels (conv_small::applies: a first layer, LeNet-5's): the direct loops on
+  // NCHW, where oneDNN would pad the channels to a vector's 16 and reorder around them.
+  bool lower_conv_direct(const Node& n, const ConvAttrs& a, const std::vector<PostOp>& post) {
+    const int x = n.inputs[0], w = n.inputs[1];
+    const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
+    const int r = has_sum(post) ? n.inputs.at(3) : -1;
+    const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
+    const int T = omp_get_max_threads();
+    const int y = new_arena(plain_md(ys, DType::f32), ys, DType::f32);
+    std::string op = "conv2d direct";
+    if (b >= 0) op += "+bias";
+    if (!post.empty()) op += "+" + post_ops_str(post);
+    add_direct(n, op, {ev_of(x), ev_of(w), b >= 0 ? ev_of(b) : -1, r >= 0 ? ev_of(r) : -1}, y,
+               conv_small::forward_scratch_bytes(xs, ws, ys, a, T),
+               [a, post, T](std::span<const Tensor> in, std::span<Tensor> out, void* scratch) {
+                 conv_small::forward(in[0], in[1], in[2].defined() ? &in[2] : nullptr, out[0], a, scratch, T);
+                 if (post.empty()) return;
+                 float* py = out[0].data<float>();
+                 apply_post_ops("conv2d_fused", py, py, in[3].defined() ? in[3].data<float>() : nullptr, out[0].numel(), post);
+               });
+    return true;
+  }
+
   // An int8 convolution (ops/quant.h): oneDNN's int8 primitive in the layout the input has,
   // its s8 weights reordered once (with the compensation an s8 input needs), the int32 bias as
   // given, the requantization, activation and residual add as output scales and post-ops.
   bool lower_conv_int8(const Node& n) {
-    if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
     const auto& a = attrs_of<QuantConvAttrs>(n);
     const int x = n.inputs[0], w = n.inputs[1];
     const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
@@ -466,6 +524,21 @@ struct Engine::Impl {
     if (!prog.is_constant(w) || (b >= 0 && !prog.is_constant(b))) return false;
     const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
     const DType xt = gval(x).spec.dtype, yt = gval(n.outputs[0]).spec.dtype;
+    if (conv_small::int8_applies(xs, ws, a.conv)) {  // a first layer: the direct loops (exact on any cpu)
+      const int T = omp_get_max_threads();
+      const int y = new_arena(plain_md(ys, yt), ys, yt);
+      std::string op = fmt::format("conv2d int8 direct {}->{}", quant_dtype_name(xt), quant_dtype_name(yt));
+      if (b >= 0) op += "+bias";
+      if (!a.q.post.empty()) op += "+" + post_ops_str(a.q.post);
+      add_direct(n, op, {ev_of(x), ev_of(w), b >= 0 ? ev_of(b) : -1, r >= 0 ? ev_of(r) : -1}, y,
+                 conv_small::forward_int8_scratch_bytes(xs, ws, ys, a.conv, T),
+                 [a, T](std::span<const Tensor> in, std::span<Tensor> out, void* scratch) {
+                   conv_small::forward_int8(in[0], in[1], in[2].defined() ? &in[2] : nullptr,
+                                            in[3].defined() ? &in[3] : nullptr, out[0], a, scratch, T);
+                 });
+      return true;
+    }
+    if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
     auto attr = dnnl_util::quant_attr(a.q, ws[0]);
     if (!attr) return false;
     const auto g = dnnl_util::quant_conv_geo(xs, ws, ys, a.conv);
@@ -804,7 +877,10 @@ struct Engine::Impl {
     else if (id == op_id<Conv2dInt8>) done = lower_conv_int8(n);
     else if (id == op_id<LinearInt8>) done = lower_linear_int8(n);
     else if (id == op_id<AddInt8>) done = lower_add_int8(n);
-    else if (id == op_id<Pool2dInt8>) {
+    else if (id == op_id<Pool2dInt8> && vals[size_t(ev_of(n.inputs[0]))].plain) {
+      // NCHW 8-bit values (a direct convolution's): the op's own kernel (oneDNN has only a
+      // reference implementation for u8 in this layout: 18 ms for LeNet-5's first pool at batch 256)
+    } else if (id == op_id<Pool2dInt8>) {
       const auto& a = attrs_of<QuantPoolAttrs>(n);
       const auto alg = a.mode == "max" ? dnnl::algorithm::pooling_max
                        : a.pool.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
@@ -997,6 +1073,7 @@ struct Engine::Impl {
       } else {
         for (int ev : s.ins) s.tin.push_back(ev < 0 ? Tensor() : tensor_of(ev, s.flat));
         for (int ev : s.outs) s.tout.push_back(tensor_of(ev, s.flat));
+        if (s.scratch_buffer >= 0) s.scratch = base + buffers[size_t(s.scratch_buffer)].offset;
       }
     }
   }
@@ -1007,6 +1084,10 @@ struct Engine::Impl {
       return;
     }
     dnnl_util::stream().wait();
+    if (s.direct) {
+      s.direct(s.tin, s.tout, s.scratch);
+      return;
+    }
     KernelCtx ctx;
     const auto& table = kernel_table();
     if (!s.use_ref && table.cpu[size_t(s.op)]) {

@@ -11,9 +11,10 @@
 //    plan too. The arena's size is known when the engine is built (on the meta device as well:
 //    the deployment ledger plans a model it has no weights for), and run() allocates nothing:
 //    it binds the caller's input and output and executes the steps.
-// Ops without a oneDNN lowering run their own cpu (or reference) kernel on plain views of the
-// arena; their kernel workspace, if any, is the one allocation a run may make (steps() says
-// which steps are kernels).
+// A convolution of few channels (a first layer) runs reckon's direct loops on NCHW (kernels/cpu/
+// conv_small.h), its scratch a buffer of the arena. Ops without a oneDNN lowering run their own cpu
+// (or reference) kernel on plain views of the arena; their kernel workspace, if any, is the one
+// allocation a run may make (steps() says which steps are kernels).
 // int8 programs (quantize.h, or a QDQ file after the fuse_qdq pass) run their int8 ops as oneDNN's
 // int8 primitives in the same plan; add_int8 runs its own kernel over the bytes of any layout.
 // Not here: bf16 execution, several inputs or outputs, dynamic shapes (an engine is built for one
@@ -39,7 +40,8 @@ struct EngineOptions {
 struct StepInfo {
   std::string name;       // the layer (module scope) it computes, or what a reorder is for
   std::string op;         // "conv2d+bias+relu", "max_pool2d", "reorder nChw8c -> nchw"
-  std::string kind;       // "onednn" (a primitive), "kernel" (an op's own kernel), "reorder", "view"
+  std::string kind;       // "onednn" (a primitive), "direct" (a kernel of reckon's own, its scratch planned
+                          // in the arena), "kernel" (an op's own kernel), "reorder", "view"
   int node = -1;          // the program node it runs (-1: a reorder or the output copy)
   Cost cost;              // the op's declared cost (reorders: bytes only)
   int64_t bytes_moved = 0;    // bytes its inputs, weights and outputs take in the layouts they are stored in

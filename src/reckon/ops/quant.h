@@ -204,6 +204,7 @@ struct Pool2dInt8 {
   static constexpr std::string_view kNoGradient = kQuantNoGradient;
   RK_OP_DECLS(QuantPoolAttrs);
   RK_OP_REF;
+  RK_OP_CPU;
   RK_OP_ONNX;
 };
 

@@ -26,6 +26,8 @@
 
 #include "reckon/kernels/cpu/conv_small.h"
 
+#include <vector>
+
 namespace reckon {
 bool conv_small_direct_available() {
 #if defined(__AVX512F__)
@@ -49,6 +51,10 @@ bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t) {
   (void)x, (void)w, (void)a, (void)t;
   return false;
 #endif
+}
+
+bool int8_applies(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  return applies(x, w, a, DType::f32) && x[1] <= 3;
 }
 
 #if defined(__AVX512F__)
@@ -223,46 +229,149 @@ void row_o_lanes(const float* xp, int64_t Hp, int64_t Wp, int64_t C, int64_t KH,
   }
 }
 
-void forward_o_lanes(KernelCtx& ctx, const Geo& g, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = g.C * Hp * Wp;
+// The forward on raw NCHW pointers with its scratch given: the transposed weights and bias (for the
+// output-channel-lanes layout), then T padded images (one per thread, zeroed here).
+int64_t weights_t_floats(const Geo& g) { return g.O >= 12 ? (g.C * g.KH * g.KW + 1) * 16 : 0; }
+int64_t padded_floats(const Geo& g) { return g.C * (g.H + 2 * g.ph) * (g.W + 2 * g.pw); }
+int64_t forward_scratch_floats(const Geo& g, int T) { return weights_t_floats(g) + T * padded_floats(g); }
+// wT for the output-channel-lanes layout (O >= 12): [taps][16], then the bias; lanes past O zero.
+void transpose_weights(const Geo& g, const float* pw, const float* pb, float* wT) {
   const int64_t taps = g.C * g.KH * g.KW;
-  float* pads = ctx.scratch<float>(threads() * per);
-  float* wT = ctx.scratch<float>((taps + 1) * 16);  // then the bias, lanes past O zero
-  if (ctx.planning()) return;
-  const float* pw = w.data<float>();
+  std::fill_n(wT, (taps + 1) * 16, 0.0f);
   for (int64_t o = 0; o < g.O; ++o)
     for (int64_t i = 0; i < taps; ++i) wT[i * 16 + o] = pw[o * taps + i];
-  if (b)
-    for (int64_t o = 0; o < g.O; ++o) wT[taps * 16 + o] = b->data<float>()[o];
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  const int64_t plane = g.HO * g.WO;
-#pragma omp parallel for schedule(static)
+  if (pb)
+    for (int64_t o = 0; o < g.O; ++o) wT[taps * 16 + o] = pb[o];
+}
+// One image's outputs y (O, HO, WO) from its padded input xp (C, Hp, Wp).
+void image_forward(const Geo& g, const float* xp, const float* pw, const float* wT, const float* pb, float* y) {
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, plane = g.HO * g.WO;
+  if (g.O >= 12) {  // output channels in the lanes (see pixels_o_lanes)
+    const int64_t taps = g.C * g.KH * g.KW;
+    for (int64_t oh = 0; oh < g.HO; ++oh)
+      row_o_lanes(xp + oh * Wp, Hp, Wp, g.C, g.KH, g.KW, wT, wT + taps * 16, g.O, y + oh * g.WO, plane, g.WO);
+    return;
+  }
+  for (int64_t oh = 0; oh < g.HO; ++oh) {
+    RowSpec r{xp + oh * Wp, g.C, Hp * Wp, g.KH, Wp, g.KW, 1, pw, g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
+    run_rows(r, pb, y + oh * g.WO, plane, g.O, g.WO);
+  }
+}
+void forward_raw(const Geo& g, const float* px, const float* pw, const float* pb, float* py, float* scratch, int T) {
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = padded_floats(g);
+  const int nt = std::max(1, std::min(T, threads()));
+  float* wT = scratch;
+  float* pads = scratch + weights_t_floats(g);
+  std::fill_n(pads, nt * per, 0.0f);
+  if (g.O >= 12) transpose_weights(g, pw, pb, wT);
+#pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t n = 0; n < g.N; ++n) {
     float* xp = pads + omp_get_thread_num() * per;
     pad_planes(px + n * g.C * g.H * g.W, g.C, g.H, g.W, xp, Hp, Wp, g.ph, g.pw);
-    for (int64_t oh = 0; oh < g.HO; ++oh)
-      row_o_lanes(xp + oh * Wp, Hp, Wp, g.C, g.KH, g.KW, wT, wT + taps * 16, g.O, py + n * g.O * plane + oh * g.WO,
-                  plane, g.WO);
+    image_forward(g, xp, pw, wT, pb, py + n * g.O * g.HO * g.WO);
   }
+}
+
+// The loops around the int8 forward, as functions of restrict pointers so that they vectorise (in
+// place, GCC kept them scalar for fear of aliasing).
+template <class X>
+void widen(const X* __restrict src, float* __restrict dst, int64_t n, float zp) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = float(src[j]) - zp;
+}
+template <class Y>
+void store_q8(const float* __restrict v, Y* __restrict y, int64_t n, float lo, float hi, float zp) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Y(int32_t(__builtin_rintf(std::min(std::max(v[i], lo), hi)) + zp));
+}
+
+// conv2d_int8: f32 weights, then per thread a padded image and its f32 sums.
+int64_t forward_int8_scratch_floats(const Geo& g, int T) {
+  return g.O * g.C * g.KH * g.KW + weights_t_floats(g) + T * (padded_floats(g) + g.O * g.HO * g.WO);
 }
 }  // namespace
 
+int64_t forward_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads) {
+  return forward_scratch_floats(geo(x, w, y, a), threads) * int64_t(sizeof(float));
+}
+void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a, void* scratch,
+             int threads) {
+  forward_raw(geo(x.shape(), w.shape(), y.shape(), a), x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
+              y.data<float>(), static_cast<float*>(scratch), threads);
+}
 void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a) {
-  const Geo g = geo(x.shape(), w.shape(), y.shape(), a);
-  if (g.O >= 12) return forward_o_lanes(ctx, g, x, w, b, y);
-  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = g.C * Hp * Wp;
-  float* pads = ctx.scratch<float>(threads() * per);
+  const int T = threads();
+  const Tensor scratch = ctx.workspace(forward_scratch_bytes(x.shape(), w.shape(), y.shape(), a, T));
   if (ctx.planning()) return;
-  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b ? b->data<float>() : nullptr;
-  float* py = y.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < g.N; ++n) {
-    float* xp = pads + omp_get_thread_num() * per;
-    pad_planes(px + n * g.C * g.H * g.W, g.C, g.H, g.W, xp, Hp, Wp, g.ph, g.pw);
-    for (int64_t oh = 0; oh < g.HO; ++oh) {
-      RowSpec r{xp + oh * Wp, g.C, Hp * Wp, g.KH, Wp, g.KW, 1, pw, g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
-      run_rows(r, pb, py + (n * g.O * g.HO + oh) * g.WO, g.HO * g.WO, g.O, g.WO);
+  forward(x, w, b, y, a, scratch.raw_data(), T);
+}
+
+int64_t forward_int8_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads) {
+  return forward_int8_scratch_floats(geo(x, w, y, a), threads) * int64_t(sizeof(float));
+}
+
+// The integers as f32 (exact), the direct loops (every partial sum an integer below 2^24: exact),
+// then the requantization of kernels/ref/requant.h, step for step, one vectorised loop each; an
+// image at a time per thread, so its f32 sums never leave the cache.
+void forward_int8(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor* r, Tensor& y, const QuantConvAttrs& a,
+                  void* scratch, int threads) {
+  const Geo g = geo(x.shape(), w.shape(), y.shape(), a.conv);
+  const QuantLinearAttrs& q = a.q;
+  const int64_t taps = g.C * g.KH * g.KW, in_img = g.C * g.H * g.W, plane = g.HO * g.WO, out_img = g.O * plane;
+  const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = padded_floats(g);
+  float* wf = static_cast<float*>(scratch);
+  float* wT = wf + g.O * taps;
+  float* bufs = wT + weights_t_floats(g);
+  const int nt = std::max(1, std::min(threads, omp_get_max_threads()));
+  const int8_t* pw = w.data<int8_t>();
+  for (int64_t i = 0; i < g.O * taps; ++i) wf[i] = float(pw[i]);
+  if (g.O >= 12) transpose_weights(g, wf, nullptr, wT);
+  const DType yt = y.dtype();
+  const float zp = yt == DType::f32 ? 0.f : float(q.y_zero_point);
+  const float lo = yt == DType::f32 ? 0.f : float(quant_min(yt)) - zp, hi = yt == DType::f32 ? 0.f : float(quant_max(yt)) - zp;
+  std::vector<float> m(size_t(g.O)), bias(size_t(g.O), 0.f);
+  for (int64_t o = 0; o < g.O; ++o) {
+    m[size_t(o)] = quant_multiplier(q, o);
+    if (b) bias[size_t(o)] = float(b->data<int32_t>()[o]);
+  }
+  const std::vector<PostOp> post = quant_scaled_post(q);
+  std::vector<int> kinds;  // 0 relu, 1 clamp, 2 sum
+  for (const auto& p : post) kinds.push_back(p.kind == "relu" ? 0 : p.kind == "clamp" ? 1 : 2);
+  const float xzp = float(q.x_zero_point);
+#pragma omp parallel num_threads(nt)
+  {
+    float* xp = bufs + omp_get_thread_num() * (per + out_img);
+    float* acc = xp + per;
+    std::fill_n(xp, per, 0.0f);  // the border stays zero: padding contributes nothing, as in the reference
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      visit_q8(x.dtype(), "conv2d_int8", [&]<class X>() {
+        const X* px = x.data<X>() + n * in_img;
+        for (int64_t c = 0; c < g.C; ++c)
+          for (int64_t i = 0; i < g.H; ++i) widen(px + (c * g.H + i) * g.W, xp + (c * Hp + g.ph + i) * Wp + g.pw, g.W, xzp);
+      });
+      image_forward(g, xp, wf, wT, nullptr, acc);
+      for (int64_t o = 0; o < g.O; ++o) {
+        float* __restrict v = acc + o * plane;
+        const float bo = bias[size_t(o)], mo = m[size_t(o)];
+        for (int64_t i = 0; i < plane; ++i) v[i] = (v[i] + bo) * mo;
+        for (size_t k = 0; k < post.size(); ++k) {
+          const float al = float(post[k].alpha), be = float(post[k].beta);
+          if (kinds[k] == 0) {
+            for (int64_t i = 0; i < plane; ++i) v[i] = v[i] > 0.f ? v[i] : v[i] * al;
+          } else if (kinds[k] == 1) {
+            for (int64_t i = 0; i < plane; ++i) v[i] = std::min(std::max(v[i], al), be);
+          } else {  // sum: the residual as stored
+            visit_q8(r->dtype(), "conv2d_int8", [&]<class R>() {
+              const R* __restrict pr = r->data<R>() + n * out_img + o * plane;
+              for (int64_t i = 0; i < plane; ++i) v[i] = std::fma(al, float(pr[i]), v[i]);
+            });
+          }
+        }
+      }
+      if (yt == DType::f32) {
+        std::copy_n(acc, out_img, y.data<float>() + n * out_img);
+        continue;
+      }
+      visit_q8(yt, "conv2d_int8", [&]<class Y>() { store_q8(acc, y.data<Y>() + n * out_img, out_img, lo, hi, zp); });
     }
   }
 }
@@ -405,6 +514,14 @@ void backward_weight(KernelCtx& ctx, const Tensor& dy, const Tensor& x, Tensor& 
 #else
 void forward(KernelCtx&, const Tensor&, const Tensor&, const Tensor*, Tensor&, const ConvAttrs&) {
   throw Error("[conv2d] conv_small::forward needs AVX-512 (applies() is false without it)");
+}
+int64_t forward_scratch_bytes(const Shape&, const Shape&, const Shape&, const ConvAttrs&, int) { return 0; }
+void forward(const Tensor&, const Tensor&, const Tensor*, Tensor&, const ConvAttrs&, void*, int) {
+  throw Error("[conv2d] conv_small::forward needs AVX-512 (applies() is false without it)");
+}
+int64_t forward_int8_scratch_bytes(const Shape&, const Shape&, const Shape&, const ConvAttrs&, int) { return 0; }
+void forward_int8(const Tensor&, const Tensor&, const Tensor*, const Tensor*, Tensor&, const QuantConvAttrs&, void*, int) {
+  throw Error("[conv2d_int8] conv_small::forward_int8 needs AVX-512 (applies() is false without it)");
 }
 void backward_input(KernelCtx&, const Tensor&, const Tensor&, Tensor&, const ConvAttrs&) {
   throw Error("[conv2d_backward_input] conv_small::backward_input needs AVX-512");

@@ -3,6 +3,7 @@
 // from ctx and, when ctx is planning (the meta device), returns after the requests.
 #pragma once
 #include "reckon/ops/conv.h"
+#include "reckon/ops/quant.h"
 
 namespace reckon::conv_small {
 
@@ -11,6 +12,20 @@ namespace reckon::conv_small {
 bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t);
 
 void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a);
+// The same with its scratch given (what the inference engine plans in its arena): bytes from
+// forward_scratch_bytes for at most `threads` threads, any content.
+int64_t forward_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads);
+void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a, void* scratch, int threads);
+// Where conv2d_int8 runs forward_int8: applies() and at most 3 input channels (an image's first
+// layer: oneDNN's int8 kernels reach 22 G MAC/s on LeNet-5's 1-channel 5x5 layer on a Zen 4, which
+// has no channels to put in its vector lanes; with 6 they reach 190 and win).
+bool int8_applies(const Shape& x, const Shape& w, const ConvAttrs& a);
+// conv2d_int8 (ops/quant.h) where int8_applies(x, w, conv): x u8/s8 less its zero point and the s8
+// weights as f32 (exact integers), these loops (each partial sum an integer below 2^24: exact), then
+// the reference's requantization, bit for bit. r: the residual of a sum post-op, else null.
+int64_t forward_int8_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads);
+void forward_int8(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor* r, Tensor& y, const QuantConvAttrs& a,
+                  void* scratch, int threads);
 void backward_input(KernelCtx& ctx, const Tensor& dy, const Tensor& w, Tensor& dx, const ConvAttrs& a);
 // db may be null (no bias).
 void backward_weight(KernelCtx& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db, const ConvAttrs& a);

@@ -4,6 +4,7 @@
 // step over each block, so the data is read and written once while it sits in cache. f32 only.
 #include <omp.h>
 
+#include "reckon/kernels/cpu/post_ops.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/fused.h"
 #include "reckon/ops/matmul.h"
@@ -45,8 +46,9 @@ void chain_block(float* y, const float* r, int64_t n, const std::vector<PostKind
   }
 }
 
-// y = post(src) (src may be y itself), in blocks, across threads when large.
-void chain(const char* op, const float* src, float* y, const float* r, int64_t n, const std::vector<PostOp>& post) {
+}  // namespace
+
+void apply_post_ops(const char* op, const float* src, float* y, const float* r, int64_t n, const std::vector<PostOp>& post) {
   std::vector<PostKind> kinds;
   for (const auto& p : post) kinds.push_back(post_kind(op, p.kind));
   const int64_t blocks = (n + kBlock - 1) / kBlock;
@@ -57,6 +59,8 @@ void chain(const char* op, const float* src, float* y, const float* r, int64_t n
     chain_block(y + lo, r ? r + lo : nullptr, m, kinds, post);
   }
 }
+
+namespace {
 const float* residual(std::span<const Tensor> in) {
   return in.size() > 3 && in[3].defined() ? in[3].data<float>() : nullptr;
 }
@@ -67,7 +71,7 @@ Support FusedConv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<T
   Support s = Conv2d::cpu(ctx, in.first(std::min<size_t>(3, in.size())), out, a.conv);
   if (!s.ok) return s;
   float* y = out[0].data<float>();
-  chain("conv2d_fused", y, y, residual(in), out[0].numel(), a.post);
+  apply_post_ops("conv2d_fused", y, y, residual(in), out[0].numel(), a.post);
   return Support::yes();
 }
 Support FusedLinear::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -75,12 +79,12 @@ Support FusedLinear::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<T
   Support s = Linear::cpu(ctx, in.first(std::min<size_t>(3, in.size())), out, {});
   if (!s.ok) return s;
   float* y = out[0].data<float>();
-  chain("linear_fused", y, y, residual(in), out[0].numel(), a.post);
+  apply_post_ops("linear_fused", y, y, residual(in), out[0].numel(), a.post);
   return Support::yes();
 }
 Support FusedElementwise::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (in[0].dtype() != DType::f32) return Support::no("dtype is not f32");
-  chain("elementwise_fused", in[0].data<float>(), out[0].data<float>(), nullptr, in[0].numel(), a.post);
+  apply_post_ops("elementwise_fused", in[0].data<float>(), out[0].data<float>(), nullptr, in[0].numel(), a.post);
   return Support::yes();
 }
 
