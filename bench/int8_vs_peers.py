@@ -21,7 +21,7 @@ repeat in fresh processes and in turn (one runs at a time):
                      session alive at a time;
   PyTorch int8:      torch.ao.quantization's FX graph mode, calibrated on 8 random batches, under
                      each interpreter that has torch, with its best engine (x86 where it has one,
-                     fbgemm on Debian's 1.13), the faster kept and named; a model it cannot trace
+                     onednn on Debian's 1.13, which has no fbgemm), the faster kept and named; a model it cannot trace
                      is reported as n/a.
 Each reports the median of single-run latencies (p50); images/s = batch / p50; the table has the
 median over repeats, reckon int8's ratio to each peer (above 1: reckon is faster) and its share of
@@ -66,8 +66,8 @@ def worker_torch_int8(model, batch, threads, min_time):
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     torch.set_num_threads(threads)
-    # x86 (fbgemm and onednn chosen per op) from torch 2.0; Debian's 1.13 has fbgemm
-    qengine = "x86" if "x86" in torch.backends.quantized.supported_engines else "fbgemm"
+    # x86 (fbgemm and onednn chosen per op) from torch 2.0; Debian's 1.13 has onednn (no fbgemm)
+    qengine = next(e for e in ("x86", "fbgemm", "onednn", "qnnpack") if e in torch.backends.quantized.supported_engines)
     torch.backends.quantized.engine = qengine
     net = torch_models.build(model).eval()
     c, h, w = torch_models.input_shape(model)

@@ -9,6 +9,7 @@
 
 #include "reckon/engine/quantize.h"
 #include "reckon/ledger/ledger.h"
+#include "reckon/onnx/export.h"
 #include "reckon/onnx/import.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op_list.h"
@@ -75,6 +76,13 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     if (calib) cal.observe(*calib);
     engine::QuantizedProgram q = engine::quantize_program(p, cal, {});
     l.int8_layers = int64_t(q.layers.size());
+    if (!calib && l.int8_qdq_file_bytes < 0) {
+      const auto zeros = [&](const graph::Value& v) {
+        const Tensor& t = q.program.constants.at(v.id);
+        return Tensor::zeros(t.shape(), t.dtype());
+      };
+      l.int8_qdq_file_bytes = int64_t(onnx::export_graph(q.program.graph, zeros, {.dynamic_batch = true}).size());
+    }
     engine::EngineOptions qo = eo;
     qo.passes = {};
     return engine::Engine(std::move(q.program), qo);
@@ -207,6 +215,9 @@ std::string format_inference(const InferenceLedger& l) {
   line(fmt::format("  file size                        fp32 {}, bf16 {}, int8 {} ({} weights){}", format_mib(l.file_fp32),
                    format_mib(l.file_bf16), format_mib(l.file_int8), format_count(l.params),
                    l.onnx_file_bytes >= 0 ? fmt::format("; the .onnx file: {}", format_mib(l.onnx_file_bytes)) : ""));
+  if (l.int8_qdq_file_bytes >= 0)
+    line(fmt::format("  int8 QDQ file                    {} bytes ({}: what reckon quantize --out writes)",
+                     format_count(l.int8_qdq_file_bytes), format_mib(l.int8_qdq_file_bytes)));
   line(fmt::format("  reorders per run                 {} (plain layouts: {})", l.reorders, l.reorders_plain));
   line("");
   line("what each pass saved");
@@ -257,7 +268,8 @@ std::string inference_json(const InferenceLedger& l) {
            {"values_bytes", l.values_bytes},
            {"weight_bytes", l.weight_bytes},
            {"params", l.params},
-           {"file_bytes", {{"fp32", l.file_fp32}, {"bf16", l.file_bf16}, {"int8", l.file_int8}, {"onnx", l.onnx_file_bytes}}},
+           {"file_bytes", {{"fp32", l.file_fp32}, {"bf16", l.file_bf16}, {"int8", l.file_int8}, {"onnx", l.onnx_file_bytes},
+                           {"int8_qdq", l.int8_qdq_file_bytes}}},
            {"reorders_per_run", l.reorders},
            {"reorders_plain_layouts", l.reorders_plain}}}};
   if (l.measured)

@@ -59,6 +59,9 @@ struct InferenceLedger {
   int64_t params = 0;                      // constant elements (weights, biases, statistics)
   int64_t file_fp32 = 0, file_bf16 = 0, file_int8 = 0;  // weights' bytes at each precision
   int64_t onnx_file_bytes = -1;            // the .onnx file's own size, when the model is one
+  // At int8: the bytes of the QDQ file `reckon quantize --out` writes for this program (its planned
+  // int8 program exported as such, zeros for the data: the size does not depend on the values).
+  int64_t int8_qdq_file_bytes = -1;
   double predicted_s = 0;                  // latency per request (one batch)
   // measure:
   bool measured = false;
