@@ -119,6 +119,10 @@ Register reg[] = {
               runner<Pool2dInt8>({{{3, 3}, {2, 2}, {1, 1}, {1, 1}}, "max"}), false, {},
               {[] { call<Pool2dInt8>({Tensor::zeros({1, 2, 4, 4})}, {}); },
                [] { call<Pool2dInt8>({Tensor::zeros({1, 2, 4, 4}, DType::u8)}, {{}, "min"}); }}}),
+    // the cpu kernel's 2x2/2 max (LeNet-5's pools in NCHW); odd sizes drop the last row and column
+    Register({"pool2d_int8", "max 2x2 s2 s8, odd sizes",
+              [](DType, Generator& g) { return V{rnd_int({2, 5, 13, 41}, DType::i8, g, -128, 127)}; },
+              runner<Pool2dInt8>({{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, "max"}), false, {}, {}}),
     Register({"pool2d_int8", "avg 2x2 s2 s8, ties rounded to even",
               [](DType, Generator& g) { return V{rnd_int({1, 4, 6, 6}, DType::i8, g, -128, 127)}; },
               runner<Pool2dInt8>({{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, "avg"}), false, {}, {}}),

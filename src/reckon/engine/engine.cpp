@@ -233,17 +233,19 @@ struct Engine::Impl {
     if (data) s.prim = dnnl::primitive(pd.get());
     s.args = std::move(args);
     s.scratch_md = pd.scratchpad_desc();
-    const int64_t sb = int64_t(s.scratch_md.get_size());
-    if (sb > 0) {
-      Buffer b;
-      b.bytes = sb;
-      b.first = b.last = step_index() - 1;
-      buffers.push_back(b);
-      shared_buffer.push_back(0);
-      s.scratch_buffer = int(buffers.size()) - 1;
-      s.info.scratch_bytes = sb;
-    }
+    add_scratch(s, int64_t(s.scratch_md.get_size()));
     return s;
+  }
+  // A buffer of the arena for the scratch of step s (the last added), alive during it only.
+  void add_scratch(Step& s, int64_t bytes) {
+    if (bytes <= 0) return;
+    Buffer b;
+    b.bytes = bytes;
+    b.first = b.last = step_index() - 1;
+    buffers.push_back(b);
+    shared_buffer.push_back(0);
+    s.scratch_buffer = int(buffers.size()) - 1;
+    s.info.scratch_bytes = bytes;
   }
 
   // A copy of value ev in layout md (a reorder step; a constant is reordered now, once). Cached
@@ -478,15 +480,7 @@ struct Engine::Impl {
     s.outs = {y};
     s.direct = std::move(fn);
     s.info.impl = "reckon direct (few channels)";
-    if (scratch_bytes > 0) {
-      Buffer b;
-      b.bytes = scratch_bytes;
-      b.first = b.last = step_index() - 1;
-      buffers.push_back(b);
-      shared_buffer.push_back(0);
-      s.scratch_buffer = int(buffers.size()) - 1;
-      s.info.scratch_bytes = scratch_bytes;
-    }
+    add_scratch(s, scratch_bytes);
     set_out(n, y);
   }
 

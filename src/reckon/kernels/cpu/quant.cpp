@@ -280,65 +280,36 @@ Support AddInt8::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> o
   return Support::yes();
 }
 
-// pool2d_int8 on NCHW planes, threads over planes. Max: the 2x2/2 windows as one loop over a row of
-// outputs (it vectorises), others tap by tap; average: the reference's window sums and divisor.
+// pool2d_int8's 2x2/2 max windows on NCHW planes, threads over planes, one loop over a row of
+// outputs (it vectorises); other windows are the reference kernel's.
 namespace {
-template <class Q>
-void pool_int8_planes(const Q* px, Q* py, int64_t planes, int64_t H, int64_t W, int64_t HO, int64_t WO,
-                      const QuantPoolAttrs& a) {
+bool pool_2x2(const QuantPoolAttrs& a, const Shape& x, const Shape& y) {
   const PoolAttrs& p = a.pool;
-  const bool max = a.mode == "max";
-  const int64_t dh = max ? p.dilation[0] : 1, dw = max ? p.dilation[1] : 1;
-  const float lo = float(std::numeric_limits<Q>::min()), hi = float(std::numeric_limits<Q>::max());
-  const bool simple2x2 = max && p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 && p.stride[1] == 2 &&
-                         p.padding[0] == 0 && p.padding[1] == 0 && dh == 1 && dw == 1 && 2 * HO <= H && 2 * WO <= W;
+  return a.mode == "max" && p.kernel == std::array<int64_t, 2>{2, 2} && p.stride == std::array<int64_t, 2>{2, 2} &&
+         p.padding == std::array<int64_t, 2>{0, 0} && p.dilation == std::array<int64_t, 2>{1, 1} && 2 * y[2] <= x[2] &&
+         2 * y[3] <= x[3];
+}
+template <class Q>
+void max_pool_2x2_planes(const Q* px, Q* py, int64_t planes, int64_t H, int64_t W, int64_t HO, int64_t WO) {
 #pragma omp parallel for schedule(static) if (planes * HO * WO > (1 << 14))
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const Q* xp = px + pl * H * W;
-    Q* yp = py + pl * HO * WO;
-    if (simple2x2) {
-      for (int64_t oh = 0; oh < HO; ++oh) {
-        const Q* __restrict r0 = xp + 2 * oh * W;
-        const Q* __restrict r1 = r0 + W;
-        Q* __restrict yr = yp + oh * WO;
-        for (int64_t ow = 0; ow < WO; ++ow)
-          yr[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]), std::max(r1[2 * ow], r1[2 * ow + 1]));
-      }
-      continue;
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      const Q* __restrict r0 = px + (pl * H + 2 * oh) * W;
+      const Q* __restrict r1 = r0 + W;
+      Q* __restrict yr = py + (pl * HO + oh) * WO;
+      for (int64_t ow = 0; ow < WO; ++ow)
+        yr[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]), std::max(r1[2 * ow], r1[2 * ow + 1]));
     }
-    for (int64_t oh = 0; oh < HO; ++oh)
-      for (int64_t ow = 0; ow < WO; ++ow) {
-        int32_t best = std::numeric_limits<int32_t>::min(), sum = 0, count = 0;
-        for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
-          const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * dh;
-          if (ih < 0 || ih >= H) continue;
-          for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
-            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * dw;
-            if (iw < 0 || iw >= W) continue;
-            const int32_t v = xp[ih * W + iw];
-            best = std::max(best, v);
-            sum += v;
-            ++count;
-          }
-        }
-        if (!max && p.count_include_pad) {
-          const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-          const int64_t h1 = std::min(h0 + p.kernel[0], H + p.padding[0]), w1 = std::min(w0 + p.kernel[1], W + p.padding[1]);
-          count = int32_t((h1 - h0) * (w1 - w0));
-        }
-        yp[oh * WO + ow] = max ? Q(best) : Q(round_saturate(float(sum) / float(count), lo, hi));
-      }
-  }
 }
 }  // namespace
 
 Support Pool2dInt8::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
-  if (!x.is_contiguous()) return Support::no("strided input: the reference kernel");
+  if (!x.is_contiguous() || !pool_2x2(a, x.shape(), y.shape())) return Support::no("not a 2x2/2 max: the reference kernel");
   visit_q8(x.dtype(), kName, [&]<class Q>() {
     if constexpr (sizeof(Q) == 1)
-      pool_int8_planes(x.data<Q>(), y.data<Q>(), x.size(0) * x.size(1), x.size(2), x.size(3), y.size(2), y.size(3), a);
+      max_pool_2x2_planes(x.data<Q>(), y.data<Q>(), x.size(0) * x.size(1), x.size(2), x.size(3), y.size(2), y.size(3));
   });
   return Support::yes();
 }
