@@ -66,8 +66,8 @@ double cosine(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST(Autocast, PolicyGivesEachOpItsDtype) {
-  Tensor x = rand_tensor({2, 3, 8, 8}, 1);
-  Tensor w = rand_tensor({4, 3, 3, 3}, 2).set_requires_grad(true);
+  Tensor x = rand_tensor({2, 8, 8, 8}, 1);
+  Tensor w = rand_tensor({4, 8, 3, 3}, 2).set_requires_grad(true);
   Tensor b = rand_tensor({4}, 3).set_requires_grad(true);
   Tensor bn_w = Tensor::ones({4}), bn_b = Tensor::zeros({4});
   Tensor rm = Tensor::zeros({4}), rv = Tensor::ones({4});
@@ -89,6 +89,18 @@ TEST(Autocast, PolicyGivesEachOpItsDtype) {
     EXPECT_EQ(loss.dtype(), DType::f32) << "losses run in f32";
     Tensor s = sum(r);
     EXPECT_EQ(s.dtype(), DType::f32) << "sums run in f32";
+  }
+  // The exception: an image's first layer of few channels stays f32 (ops/conv.h); with a stride,
+  // or more than 16 outputs, it is lowered as torch.autocast lowers every convolution.
+  {
+    Autocast ac(DType::bf16);
+    Tensor img = rand_tensor({2, 3, 8, 8}, 6), w3 = rand_tensor({16, 3, 5, 5}, 7).set_requires_grad(true);
+    EXPECT_EQ(conv2d(img, w3, Tensor(), {.padding = {2, 2}}).dtype(), DType::f32);
+    EXPECT_EQ(conv2d(cast(img, DType::bf16), w3, Tensor(), {.padding = {2, 2}}).dtype(), DType::f32)
+        << "a low-precision input is widened for it";
+    EXPECT_EQ(conv2d(img, w3, Tensor(), {.stride = {2, 2}, .padding = {2, 2}}).dtype(), DType::bf16);
+    Tensor w64 = rand_tensor({64, 3, 3, 3}, 8).set_requires_grad(true);
+    EXPECT_EQ(conv2d(img, w64, Tensor(), {.padding = {1, 1}}).dtype(), DType::bf16);
   }
   // Off: nothing changes.
   Tensor c = conv2d(x, w, b);
@@ -135,8 +147,10 @@ TEST(Autocast, BackwardRunsInForwardDtypesAndMasterGradientsAreF32) {
     model->zero_grad();
   }
   std::map<std::string, DType> bwd_dtype;
+  std::vector<DType> conv_bwd_dtypes;  // conv2d_backward_weight's dy, in the order backward runs them
   ObserveOps obs([&](const OpRecord& r) {
-    if (r.backward && !r.in_dtypes.empty()) bwd_dtype[std::string(r.op)] = r.in_dtypes[0];
+    if (r.backward && !r.in_dtypes.empty()) bwd_dtype.emplace(std::string(r.op), r.in_dtypes[0]);  // the first (deepest)
+    if (r.op == "conv2d_backward_weight") conv_bwd_dtypes.push_back(r.in_dtypes[0]);
   });
   Tensor loss;
   {
@@ -153,8 +167,12 @@ TEST(Autocast, BackwardRunsInForwardDtypesAndMasterGradientsAreF32) {
     // here, elementwise. Its direction (what SGD follows) stays that of the f32 gradient.
     EXPECT_GT(cosine(params[i].grad(), g32[i]), 0.97) << params[i].name() << ": bf16 gradient far from f32";
   }
-  ASSERT_TRUE(bwd_dtype.count("conv2d_backward_weight"));
-  EXPECT_EQ(bwd_dtype["conv2d_backward_weight"], DType::bf16) << "backward runs in the forward's dtype";
+  // Backward runs in each forward's dtype: bf16 for the lowered convolutions, f32 for the first
+  // one (1 -> 16 channels: autocast keeps it in f32, ops/conv.h).
+  ASSERT_EQ(conv_bwd_dtypes.size(), 3u);
+  EXPECT_EQ(conv_bwd_dtypes[0], DType::bf16);
+  EXPECT_EQ(conv_bwd_dtypes[1], DType::bf16);
+  EXPECT_EQ(conv_bwd_dtypes[2], DType::f32) << "the first layer, reached last";
   EXPECT_EQ(bwd_dtype["relu_backward"], DType::bf16);
   EXPECT_EQ(bwd_dtype["cross_entropy_backward"], DType::f32);
 }

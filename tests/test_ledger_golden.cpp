@@ -16,6 +16,11 @@
 // micro-batches is alive once at a time), the temporary tag by at most d either way (the cast is
 // a temporary now, alive while the autocast cache holds it), and nothing else moved.
 //
+// A later change of what runs, not of how it is counted: since 2026-12-05 autocast keeps an
+// image's few-channel first layer in f32 (ops/conv.h: LeNet-5's 1 -> 6, TinyCNN's 1 -> 16), so the
+// bf16 cases of those two models no longer run what the golden froze; their fp32 cases still do,
+// and every other model's bf16 cases too (tests/test_amp.cpp checks the rule itself).
+//
 // golden/ledger/refactor.json was written by this file's DISABLED_WriteGolden at the commit
 // before the refactor:
 //   build/reckon_tests --gtest_also_run_disabled_tests --gtest_filter='LedgerGolden.DISABLED_WriteGolden'
@@ -209,9 +214,13 @@ TEST(LedgerGolden, EveryZooModelUnchanged) {
   const json golden = json::parse(f)["models"];
   const json now = current();
   ASSERT_EQ(golden.size(), now.size());
+  int compared = 0;
   for (const auto& [model, byCase] : now.items()) {
     for (const auto& [label, got] : byCase.items()) {
       SCOPED_TRACE(model + " " + label);
+      const bool first_layer_kept_f32 = (model == "lenet5" || model == "tinycnn") && label.rfind("fp32", 0) != 0;
+      if (first_layer_kept_f32) continue;
+      ++compared;
       ASSERT_TRUE(golden.contains(model) && golden[model].contains(label));
       const json& want = golden[model][label];
       EXPECT_EQ(got["totals"], want["totals"]);
@@ -253,4 +262,5 @@ TEST(LedgerGolden, EveryZooModelUnchanged) {
       EXPECT_EQ(got["optimizer_guess_bytes"], want["optimizer_guess_bytes"]);
     }
   }
+  EXPECT_GT(compared, 0);
 }

@@ -518,7 +518,7 @@ struct Engine::Impl {
     if (!prog.is_constant(w) || (b >= 0 && !prog.is_constant(b))) return false;
     const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
     const DType xt = gval(x).spec.dtype, yt = gval(n.outputs[0]).spec.dtype;
-    if (conv_small::int8_applies(xs, ws, a.conv)) {  // a first layer: the direct loops (exact on any cpu)
+    if (conv_small::first_layer(xs, ws, a.conv)) {  // a first layer: the direct loops (exact on any cpu)
       const int T = omp_get_max_threads();
       const int y = new_arena(plain_md(ys, yt), ys, yt);
       std::string op = fmt::format("conv2d int8 direct {}->{}", quant_dtype_name(xt), quant_dtype_name(yt));

@@ -2,7 +2,10 @@
 // inputs by the op's policy before shape inference, so every op keeps its own precision rule
 // with its definition (`static constexpr AmpPolicy kAmp = ...` in the op struct):
 //   lower    conv2d, linear, matmul: f32 inputs are cast to the autocast dtype (bf16 or f16);
-//            these run on oneDNN's low-precision kernels where the cpu has them.
+//            these run on oneDNN's low-precision kernels where the cpu has them. An op may
+//            keep a call in f32 by its shape (`static bool amp_keeps_f32(in, attrs)`): a
+//            convolution of an image's few channels does (ops/conv.h), where torch.autocast
+//            lowers it; there low precision has nothing to gain.
 //   fp32     losses, softmax, log-softmax, sums, LRN: bf16/f16 inputs are cast to f32.
 //   keep     batch norm, cast: inputs as they come (x in bf16, parameters in f32); the kernel
 //            computes in f32 and writes y in x's dtype.

@@ -8,6 +8,12 @@
 
 namespace reckon {
 
+bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  return x.size() == 4 && w.size() == 4 && a.groups == 1 && x[1] <= 3 && w[0] <= 16 && a.stride[0] == 1 &&
+         a.stride[1] == 1 && a.dilation[0] == 1 && a.dilation[1] == 1;
+}
+
+
 ConvAlgorithm parse_conv_algorithm(std::string_view s, std::string_view source) {
   if (s == "auto") return ConvAlgorithm::automatic;
   if (s == "direct") return ConvAlgorithm::direct;

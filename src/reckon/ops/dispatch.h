@@ -97,7 +97,12 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
   static_assert(op_id<Op> >= 0, "the op is not in the one list of ops: add it to RK_OPS in ops/op_list.h");
   constexpr int kId = op_id<Op>;
   if constexpr (amp_policy<Op>() != AmpPolicy::keep)
-    if (autocast_active()) detail::autocast_inputs(amp_policy<Op>(), in);
+    if (autocast_active()) {
+      AmpPolicy p = amp_policy<Op>();
+      if constexpr (requires { Op::amp_keeps_f32(std::span<const Tensor>(in), attrs); })
+        if (p == AmpPolicy::lower && Op::amp_keeps_f32(std::span<const Tensor>(in), attrs)) p = AmpPolicy::fp32;
+      detail::autocast_inputs(p, in);
+    }
   Device dev = Device::cpu;
   if constexpr (requires { Op::device(attrs); })
     if (in.empty()) dev = Op::device(attrs);

@@ -24,6 +24,7 @@
 #include "reckon/io/tensorboard.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/plan.h"
+#include "reckon/nn/layers.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/recompute.h"
 #include "reckon/onnx/import.h"
@@ -330,6 +331,21 @@ void print_header(Run& r) {
                           cfg.batch * cfg.accum, r.steps_per_epoch,
                           cfg.recompute ? fmt::format(", recomputing {} blocks in backward", r.recompute_blocks) : "") +
               (conv_algorithm() == ConvAlgorithm::direct ? "; convolutions direct (no Winograd)" : ""));
+  if (cfg.precision != "fp32") {  // autocast's exception (ops/conv.h), named with its reason
+    std::vector<std::string> kept;
+    for (auto& [name, mod] : r.model->named_modules())
+      if (auto* c = dynamic_cast<nn::Conv2d*>(mod)) {
+        ConvAttrs a;
+        a.stride = c->options.stride.arr();
+        a.dilation = c->options.dilation.arr();
+        a.groups = c->options.groups;
+        if (few_channel_first_layer({1, c->in_channels, 1, 1}, c->weight.shape(), a)) kept.push_back(name);
+      }
+    if (!kept.empty())
+      r.show.line(fmt::format("autocast keeps {} in fp32: an image's first layer of at most 3 channels, where {} kernels "
+                              "have no channels to fill their vector lanes (and reckon's direct loops run it)",
+                              fmt::join(kept, ", "), cfg.precision));
+  }
   if (cfg.accum > 1)
     for (auto& [name, mod] : r.model->named_modules())
       if (mod->type_name() == "BatchNorm2d") {

@@ -129,6 +129,8 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   const Tensor &x = in[0], &w = in[1];
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
+  if (x.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), w.shape(), a))
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
     ran(ctx, kSmallDirect, "fwd");
     conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
@@ -167,6 +169,8 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
+  if (dy.dtype() == DType::bf16 && conv_small::first_layer(a.x_shape, w.shape(), a.conv))
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
     ran(ctx, kSmallDirect, "bwd_data");
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
@@ -209,6 +213,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
+  if (dy.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), a.w_shape, a.conv))
+    return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
     ran(ctx, kSmallDirect, "bwd_weights");
     conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);

@@ -53,8 +53,8 @@ bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t) {
 #endif
 }
 
-bool int8_applies(const Shape& x, const Shape& w, const ConvAttrs& a) {
-  return applies(x, w, a, DType::f32) && x[1] <= 3;
+bool first_layer(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  return applies(x, w, a, DType::f32) && few_channel_first_layer(x, w, a);
 }
 
 #if defined(__AVX512F__)

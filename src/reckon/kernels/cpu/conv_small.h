@@ -16,11 +16,15 @@ void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, 
 // forward_scratch_bytes for at most `threads` threads, any content.
 int64_t forward_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads);
 void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a, void* scratch, int threads);
-// Where conv2d_int8 runs forward_int8: applies() and at most 3 input channels (an image's first
-// layer: oneDNN's int8 kernels reach 22 G MAC/s on LeNet-5's 1-channel 5x5 layer on a Zen 4, which
-// has no channels to put in its vector lanes; with 6 they reach 190 and win).
-bool int8_applies(const Shape& x, const Shape& w, const ConvAttrs& a);
-// conv2d_int8 (ops/quant.h) where int8_applies(x, w, conv): x u8/s8 less its zero point and the s8
+// An image's first layer: applies() and few_channel_first_layer (ops/conv.h: at most 3 input
+// channels). There a low-precision kernel has no channels to put in its vector lanes, so these
+// loops take it in every precision: conv2d_int8 runs forward_int8 (oneDNN's int8 kernel reached
+// 22 G MAC/s on LeNet-5's 1-channel 5x5 layer on a Zen 4; with 6 channels 190, and it keeps those),
+// and a bf16 convolution (autocast keeps one in f32; an explicit cast does not) computes in f32 on
+// widened copies (oneDNN's bf16 kernels took 1.70 ms of fwd+bwd at batch 64 there, these loops
+// 0.31 ms; at 6 channels bf16 won, 0.47 against 0.81).
+bool first_layer(const Shape& x, const Shape& w, const ConvAttrs& a);
+// conv2d_int8 (ops/quant.h) where first_layer(x, w, conv): x u8/s8 less its zero point and the s8
 // weights as f32 (exact integers), these loops (each partial sum an integer below 2^24: exact), then
 // the reference's requantization, bit for bit. r: the residual of a sum post-op, else null.
 int64_t forward_int8_scratch_bytes(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, int threads);

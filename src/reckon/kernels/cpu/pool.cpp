@@ -75,6 +75,15 @@ float* f32_out(T* out, float* buffers, int64_t n) {
   if constexpr (kF32<T>) return out;
   else return buffers + int64_t(omp_get_thread_num()) * n;
 }
+// n values to f32 and back, as loops of restrict pointers (so that they vectorise).
+template <class T>
+void widen(const T* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = load(src[i]);
+}
+template <class T>
+void narrow(const float* __restrict src, T* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
+}
 // Rounds n accumulated f32 results into the output (nothing to do for f32).
 template <class T>
 void round_out(const float* acc, T* out, int64_t n) {
@@ -145,6 +154,8 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
   T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
   float* f32_rows = f32_buffers<T>(ctx, WO);
+  // bf16/f16 2x2/2 windows: two input rows and an output row in f32 per thread
+  float* rows2 = f32_buffers<T>(ctx, 2 * W + WO);
   const float ninf = -std::numeric_limits<float>::infinity();
   if (ph == 0 && pw == 0 && dh == 1 && dw == 1 && (HO - 1) * sh + kh <= H && (WO - 1) * sw + kw <= W) {
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2) {
@@ -162,6 +173,15 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
 #if defined(__AVX512F__)
           if constexpr (kF32<T>) {
             max_pool_2x2_row_f32(r0, r1, b0, W, WO, yr, ir);
+            continue;
+          } else {  // bf16/f16: the rows widened to f32 (exact), the same kernel, the maxima stored back (exact)
+            float* f0 = rows2 + int64_t(omp_get_thread_num()) * (2 * W + WO);
+            float* f1 = f0 + W;
+            float* fy = f1 + W;
+            widen(r0, f0, 2 * WO);
+            widen(r1, f1, 2 * WO);
+            max_pool_2x2_row_f32(f0, f1, b0, W, WO, fy, ir);
+            narrow(fy, yr, WO);
             continue;
           }
 #endif

@@ -317,7 +317,7 @@ Support Pool2dInt8::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor
 Support Conv2dInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor &x = in[0], &w = in[1];
   Tensor& y = out[0];
-  if (conv_small::int8_applies(x.shape(), w.shape(), a.conv)) {  // a first layer: exact on any AVX-512 cpu
+  if (conv_small::first_layer(x.shape(), w.shape(), a.conv)) {  // a first layer: exact on any AVX-512 cpu
     const int T = omp_get_max_threads();
     const Tensor s = ctx.workspace(conv_small::forward_int8_scratch_bytes(x.shape(), w.shape(), y.shape(), a.conv, T));
     ctx.note_impl("reckon direct (few channels)");
