@@ -1,9 +1,13 @@
+// What other processes take of this machine's cpus, and what reckon does about it.
 // The cpu calibration that defends itself (issue 15; ledger/devices.h): the other processes' share
 // of the CPU read from /proc/stat, which of a cached and a fresh calibration is kept, and, with
 // spinning processes on this process's cores, a calibration made under load marked in the cache,
 // taken again on the next use, kept after its attempts are spent, and never put in place of a
 // quiet one by --recalibrate. No timing is asserted: only what the calibration records and keeps.
+// A training run's thread count (issue 16; train/threads.h): the rule, its hysteresis, and a run
+// beside a spinning process that gives up a core, unless its count is fixed.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -19,7 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "reckon/core/cpu_load.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/train/threads.h"
+#include "reckon/train/trainer.h"
 #include "test_util.h"
 
 using namespace reckon;
@@ -120,15 +127,16 @@ TEST(Calibration, AQuietOneIsKeptAgainstABusyMoment) {
   EXPECT_NE(calibration_quality(entry(false, -1, 1, "x")).find("not known"), std::string::npos);
 }
 
-// Processes that spin on every cpu this process may run on, until they are destroyed (or this
-// process dies: PR_SET_PDEATHSIG).
+// Processes that spin, one on every cpu this process may run on (or `count` of them), until they
+// are destroyed (or this process dies: PR_SET_PDEATHSIG).
 class Spinners {
  public:
-  Spinners() {
+  explicit Spinners(int count = 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
     int n = 2;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = std::max(1, CPU_COUNT(&set));
+    if (count > 0) n = count;
     for (int i = 0; i < n; ++i) {
       pid_t p = fork();
       if (p == 0) {
@@ -247,3 +255,94 @@ TEST_F(CalibrationCache, MadeUnderLoadIsMarkedTakenAgainAndNeverReplacesAQuietOn
 }
 
 }  // namespace
+
+TEST(Threads, OthersBusyCoresAreReadFromProcStat) {
+  const double tick = double(sysconf(_SC_CLK_TCK));
+  const std::string before = stat_text({{100, 0, 50, 1000, 0, 0, 0, 0}, {40, 0, 20, 1000, 0, 0, 0, 0}});
+  const std::string after = stat_text({{160, 0, 70, 1000, 0, 0, 0, 20}, {60, 0, 20, 1080, 0, 0, 0, 0}});
+  // 120 busy ticks over 100 ticks of wall time per cpu: 1.2 cores, of which this process took 0.6.
+  EXPECT_NEAR(others_busy_cores(before, after, 60 / tick), 0.6, 1e-12);
+  EXPECT_NEAR(others_busy_cores(before, after, 0, {0}), 1.0, 1e-12);
+  EXPECT_EQ(others_busy_cores(before, after, 200 / tick), 0.0);  // less busy than self: 0
+  EXPECT_EQ(others_busy_cores(before, before, 0), -1.0);
+  EXPECT_EQ(others_busy_cores("", after, 0), -1.0);
+}
+
+TEST(Threads, TheRuleGivesUpTheCoresOthersHold) {
+  using train::threads_for_load;
+  EXPECT_EQ(threads_for_load(2, -1), 2);   // not known
+  EXPECT_EQ(threads_for_load(2, 0.0), 2);
+  EXPECT_EQ(threads_for_load(2, 0.3), 2);  // a little background
+  EXPECT_EQ(threads_for_load(2, 0.4), 1);  // most of a core
+  EXPECT_EQ(threads_for_load(2, 1.0), 1);
+  EXPECT_EQ(threads_for_load(2, 2.0), 1);  // never none
+  EXPECT_EQ(threads_for_load(8, 3.5), 4);
+  EXPECT_EQ(threads_for_load(1, 1.0), 1);
+}
+
+TEST(Threads, TheGovernorDropsOnASustainedLoadAndComesBackAtOnce) {
+  const int prev = omp_get_max_threads();
+  {
+    train::ThreadGovernor g(4);
+    EXPECT_EQ(g.threads(), 4);
+    EXPECT_FALSE(g.update(1.0));  // one reading: a burst, perhaps
+    EXPECT_EQ(g.threads(), 4);
+    EXPECT_FALSE(g.update(0.1));  // it was
+    EXPECT_FALSE(g.update(1.0));
+    EXPECT_TRUE(g.update(2.0));   // two in a row: the smaller drop of the two
+    EXPECT_EQ(g.threads(), 3);
+    EXPECT_EQ(omp_get_max_threads(), 3);
+    EXPECT_FALSE(g.update(2.0));
+    EXPECT_TRUE(g.update(2.0));
+    EXPECT_EQ(g.threads(), 2);
+    EXPECT_TRUE(g.update(0.0));  // the cores are free again: all of them at once
+    EXPECT_EQ(g.threads(), 4);
+    EXPECT_EQ(omp_get_max_threads(), 4);
+    EXPECT_DOUBLE_EQ(g.others_cores(), 0.0);
+  }
+  omp_set_num_threads(prev);
+  // Pinned: --threads N, or OMP_NUM_THREADS (set for these tests by CMake).
+  EXPECT_FALSE(train::threads_adapt(2));
+  {
+    test_util::ScopedEnv pin("OMP_NUM_THREADS", "2");
+    EXPECT_FALSE(train::threads_adapt(0));
+  }
+  test_util::ScopedEnv unpinned("OMP_NUM_THREADS", std::nullopt);
+  EXPECT_TRUE(train::threads_adapt(0));
+}
+
+// lenet5 on synthetic data for `seconds` (then stopped by the step callback), beside one
+// spinning process.
+static train::TrainResult run_beside_a_spinner(int threads, double seconds, const std::filesystem::path& out) {
+  train::TrainConfig cfg;
+  cfg.model = "lenet5";
+  cfg.data = "synthetic:1x28x28:4096:10";
+  cfg.batch = 64;
+  cfg.epochs = 1000;
+  cfg.threads = threads;
+  cfg.out = out.string();
+  cfg.verbose = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  cfg.on_step = [&](const train::StepReport&) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds;
+  };
+  return train::train(cfg);
+}
+
+TEST(Threads, ATrainingRunGivesUpACoreThatAnotherProcessHolds) {
+  const int max = omp_get_max_threads();
+  if (max < 2) GTEST_SKIP() << "one thread: there is no core to give up";
+  const auto dir = test_util::fresh_dir("threads", "busy");
+  test_util::ScopedEnv unpinned("OMP_NUM_THREADS", std::nullopt);
+  Spinners busy(1);
+  ASSERT_EQ(busy.size(), 1u);
+  usleep(200000);
+  const train::TrainResult adapted = run_beside_a_spinner(0, 4.0, dir / "adapted");
+  EXPECT_EQ(adapted.max_threads, max);
+  EXPECT_GT(adapted.fewer_threads_steps, 0) << "of " << adapted.steps << " steps";
+  EXPECT_EQ(omp_get_max_threads(), max);  // put back when the run ended
+  const train::TrainResult fixed = run_beside_a_spinner(max, 2.5, dir / "fixed");
+  EXPECT_EQ(fixed.fewer_threads_steps, 0);
+  EXPECT_GT(fixed.steps, 0);
+  std::filesystem::remove_all(dir);
+}

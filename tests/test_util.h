@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ class ScopedEnv {
   ScopedEnv(const char* name, const std::string& value) : name_(name) {
     if (const char* v = std::getenv(name)) old_ = v, had_ = true;
     ::setenv(name, value.c_str(), 1);
+  }
+  // Unsets it for the scope.
+  ScopedEnv(const char* name, std::nullopt_t) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v, had_ = true;
+    ::unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_)

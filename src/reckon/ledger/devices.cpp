@@ -4,8 +4,6 @@
 #include "reckon/core/json.h"
 
 #include <omp.h>
-#include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 
 #include <dnnl.hpp>
 
+#include "reckon/core/cpu_load.h"
 #include "reckon/core/cuda.h"
 #include "reckon/engine/engine.h"
 #include "reckon/nn/module.h"
@@ -133,68 +132,6 @@ Timed time_runs(int reps, F&& f) {
 template <class F>
 double best_of(int reps, F&& f) {
   return time_runs(reps, f).best;
-}
-
-std::string read_proc_stat() {
-  std::ifstream f("/proc/stat");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// User and system CPU time of this process, all its threads, in seconds.
-double self_cpu_seconds() {
-  rusage ru{};
-  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-// The cpus this process may run on (empty: not known).
-std::vector<int> affinity_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
-// Busy and total ticks of the cpus (all: the "cpu" line) in a /proc/stat text; nothing when none
-// of them is there.
-struct StatTicks {
-  double busy = 0, total = 0;
-  int cpus = 0;  // how many cpus the figures are of
-};
-std::optional<StatTicks> stat_ticks(const std::string& text, const std::vector<int>& cpus) {
-  std::istringstream in(text);
-  std::string line;
-  StatTicks t;
-  int listed = 0;  // "cpuN" lines (the aggregate line's cpus)
-  while (std::getline(in, line)) {
-    if (line.rfind("cpu", 0) != 0) continue;
-    std::istringstream l(line);
-    std::string name;
-    l >> name;
-    const bool numbered = name.size() >= 4 && name.size() <= 9 &&
-                          std::all_of(name.begin() + 3, name.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (cpus.empty()) {
-      if (numbered) ++listed;
-      if (name != "cpu") continue;
-    } else {
-      if (!numbered || std::find(cpus.begin(), cpus.end(), std::stoi(name.substr(3))) == cpus.end()) continue;
-    }
-    double f[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // user nice system idle iowait irq softirq steal
-    int k = 0;
-    while (k < 8 && l >> f[k]) ++k;
-    if (k < 4) continue;
-    t.busy += f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
-    t.total += f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
-    ++t.cpus;
-  }
-  if (t.cpus == 0) return std::nullopt;
-  if (cpus.empty()) t.cpus = std::max(1, listed);
-  return t;
 }
 
 std::string cpu_source(const DeviceSpec& d) {

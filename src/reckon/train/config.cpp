@@ -147,7 +147,7 @@ optim::ScheduleSpec schedule_spec(const TrainConfig& c, int64_t steps_per_epoch)
 
 ThreadsGuard::ThreadsGuard(int n) : prev_(omp_get_max_threads()) {
   // OpenMP would try to start them all (100000 threads hang the machine before any error).
-  RK_CHECK(n >= 0 && n <= kMaxThreads, "--threads must be between 0 (OpenMP's default) and {}, got {} (this machine has {} cpus)",
+  RK_CHECK(n >= 0 && n <= kMaxThreads, "--threads must be between 0 (automatic) and {}, got {} (this machine has {} cpus)",
            kMaxThreads, n, omp_get_num_procs());
   if (n > 0) omp_set_num_threads(n);
 }

@@ -58,7 +58,9 @@ RK_TRAIN_FIELD(int64_t, max_memory, 0, planned, bytes,
                "memory budget (e.g. 4GiB, 512MiB): plan micro-batch, accumulation, precision and recomputation for the "
                "effective batch --batch x --accum; refuse a run that cannot fit")
 RK_TRAIN_FIELD(uint64_t, seed, 0, numbers, option, "random seed (initialisation, shuffling, augmentation, dropout)")
-RK_TRAIN_FIELD(int, threads, 0, run, option, "CPU threads (0: OpenMP's default)")  // omp_set_num_threads when > 0
+RK_TRAIN_FIELD(int, threads, 0, run, option,
+               "CPU threads (0: all cores, fewer while other processes hold some, unless OMP_NUM_THREADS is set)")
+// omp_set_num_threads when > 0; 0: train/threads.h
 RK_TRAIN_FIELD(std::string, out, "runs/lenet5", run, option_no_default,
                "output directory (last.safetensors, metrics.csv/.jsonl, events.out.tfevents.*); default runs/MODEL")
 // Continue from out/last.safetensors: every `numbers` field then comes from the checkpoint (model

@@ -36,6 +36,7 @@
 #include "reckon/train/progress.h"
 #include "reckon/train/qat.h"
 #include "reckon/train/quantize.h"
+#include "reckon/train/threads.h"
 
 namespace reckon::train {
 
@@ -74,6 +75,7 @@ struct Run {
   TrainConfig cfg;  // as given, then from the checkpoint (--resume) and the plan (--max-memory)
   // The process settings for the run, set once cfg is valid and put back last, when the run ends.
   std::optional<ThreadsGuard> threads_guard;
+  std::optional<ThreadGovernor> governor;  // --threads 0: fewer while other processes hold cores
   std::optional<ConvAlgorithmScope> conv_algo_scope;  // the plan may switch it to direct
   TrainResult res;
   const fs::path out_dir;
@@ -319,9 +321,10 @@ void print_header(Run& r) {
                               ? std::string("none")
                               : fmt::format("mean {} std {}", fmt_floats(r.norm.mean), fmt_floats(r.norm.std))));
   r.show.line(fmt::format("{} lr {} (momentum {}, weight decay {}), schedule {} (warm-up {} steps), batch {}, {} "
-                          "batches per epoch, {} epochs, seed {}, {} threads; output {}",
+                          "batches per epoch, {} epochs, seed {}, {} threads{}; output {}",
                           cfg.optimizer, cfg.lr, cfg.optimizer == "sgd" ? cfg.momentum : 0.0, cfg.weight_decay,
-                          cfg.schedule, cfg.warmup, cfg.batch, r.nb, cfg.epochs, cfg.seed, omp_get_max_threads(),
+                          cfg.schedule, cfg.warmup, cfg.batch, r.nb, cfg.epochs, cfg.seed, r.res.max_threads,
+                          r.governor ? " (fewer while other processes hold cores; --threads N fixes the count)" : "",
                           cfg.out));
   if (!r.res.optimizer_defaults.empty())
     r.show.line(fmt::format("({}; --lr and --weight-decay set them)", r.res.optimizer_defaults));
@@ -590,6 +593,13 @@ bool run_epoch(Run& r, int64_t epoch, int64_t skip) {
     if (!r.loader->next(b)) break;
     const StepDone s = optimizer_step(r, b, epoch);
     r.train_seconds += seconds_since(step_t0);
+    if (r.governor) {
+      if (r.governor->threads() < r.governor->max()) ++r.res.fewer_threads_steps;
+      if (r.governor->tick())
+        r.show.line(fmt::format("threads: {} of {} from step {} (other processes took {:.1f} cpus)",
+                                r.governor->threads(), r.governor->max(), r.prog.step + 1,
+                                r.governor->others_cores()));
+    }
     t.epoch_images += s.n;
     t.interval_images += s.n;
     if (r.prog.step % cfg.log_every == 0) log_interval(r, epoch, s.lr, t);
@@ -633,6 +643,9 @@ void final_report(Run& r) {
                           100 * res.final_eval.accuracy, res.final_eval.loss,
                           res.early_stopped ? r.epochs_done : r.cfg.epochs, r.prog.step,
                           seconds_since(r.run_t0), double(st.peak_total_bytes) / (1 << 20)));
+  if (res.fewer_threads_steps > 0)
+    r.show.result(fmt::format("threads: {} of the {} steps ran on fewer than {} threads (other processes held cores)",
+                              res.fewer_threads_steps, r.session_steps, res.max_threads));
   if (res.checkpoint.empty() && fs::exists(r.ckpt_path)) res.checkpoint = r.ckpt_path;
   if (r.qat) {  // the int8 program of the trained weights, with the ranges QAT learnt
     QuantizeArgs qa;
@@ -664,6 +677,8 @@ TrainResult train(const TrainConfig& in) {
   r.res.optimizer_defaults = apply_optimizer_defaults(r.cfg);
   validate(r.cfg);
   r.threads_guard.emplace(r.cfg.threads);
+  r.res.max_threads = omp_get_max_threads();
+  if (threads_adapt(r.cfg.threads)) r.governor.emplace(r.res.max_threads);
   r.conv_algo_scope.emplace(r.cfg.conv_algo);
   r.augment = parse_augment(r.cfg.augment);
   open_data(r);

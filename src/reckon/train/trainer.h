@@ -60,6 +60,10 @@ struct TrainResult {
   int64_t best_epoch = 0;
   std::string best_checkpoint;
   bool early_stopped = false;  // --early-stop ended the run before --epochs
+  // --threads 0: the most threads the run had (train/threads.h), and the steps of this session
+  // that ran on fewer because other processes held cores.
+  int max_threads = 0;
+  int64_t fewer_threads_steps = 0;
 };
 
 // Runs the training described by cfg. Throws reckon::Error (one line, naming the argument or

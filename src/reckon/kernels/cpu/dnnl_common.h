@@ -3,6 +3,7 @@
 // the kernel context so they are tagged `workspace` in the memory accounts.
 #pragma once
 #include <dnnl.hpp>
+#include <omp.h>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -53,7 +54,9 @@ inline dnnl::primitive_attr default_attr() {
   return a;
 }
 
-// Cache of planned primitives (pd + primitive), one per op kind and key. A call oneDNN has no
+// Cache of planned primitives (pd + primitive), one per op kind, key and OpenMP thread count (a
+// primitive splits its work for the thread count it was planned with, and a training run may
+// change the count: train/threads.h). A call oneDNN has no
 // implementation for on this cpu (bf16 without AVX-512, say) is remembered too: get() returns
 // null for it, and the kernel declines the call (the dispatcher then computes in f32 or runs the
 // reference), so a missing ISA is a slower path, never an error.
@@ -62,8 +65,9 @@ class PlanCache {
  public:
   template <class Make>
   Entry* get(const std::string& key, Make&& make) {
+    const std::string full = std::to_string(omp_get_max_threads()) + "|" + key;
     std::lock_guard<std::mutex> g(mu_);
-    auto it = map_.find(key);
+    auto it = map_.find(full);
     if (it == map_.end()) {
       std::optional<Entry> e;
       try {
@@ -71,7 +75,7 @@ class PlanCache {
       } catch (const dnnl::error& err) {
         if (err.status != dnnl_unimplemented) throw;
       }
-      it = map_.emplace(key, std::move(e)).first;
+      it = map_.emplace(full, std::move(e)).first;
     }
     return it->second ? &*it->second : nullptr;
   }
