@@ -263,15 +263,13 @@ Recalibration recalibrate_cpu() {
 
 double others_cpu_share(const std::string& stat_before, const std::string& stat_after, double self_cpu_s,
                         const std::vector<int>& cpus, int threads) {
-  const auto a = stat_ticks(stat_before, cpus), b = stat_ticks(stat_after, cpus);
-  if (!a || !b) return -1;
-  const double tick = double(std::max(1L, sysconf(_SC_CLK_TCK)));
-  const double busy = (b->busy - a->busy) / tick, total = (b->total - a->total) / tick;
-  if (!(total > 0)) return -1;
-  const int n = b->cpus;
+  // The others' cores less what the cores the calibration left idle absorb, over its cores.
+  const double others = others_busy_cores(stat_before, stat_after, self_cpu_s, cpus);
+  const auto after = stat_ticks(stat_after, cpus);
+  if (others < 0 || !after) return -1;
+  const int n = after->cpus;
   const int t = threads > 0 ? std::min(threads, n) : n;
-  const double wall = total / n;
-  return std::clamp((busy - self_cpu_s - (n - t) * wall) / (t * wall), 0.0, 1.0);
+  return std::clamp((others - (n - t)) / t, 0.0, 1.0);
 }
 
 std::string calibration_quality(const DeviceSpec& d) {

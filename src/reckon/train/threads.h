@@ -1,7 +1,7 @@
 // The thread count of a training run on a shared machine. OpenMP's threads spin and wait for
 // each other at every parallel region's end, so one thread that shares its core with another
-// process holds the others up: with a busy process on one of two cores, a 2-thread step ran at
-// 31% of its quiet speed here, a 1-thread step at 57% (docs/2026-12-05-threads.md). So with
+// process holds the others up: with a busy process on one of two cores, resnet18_cifar's 2-thread
+// step ran at 33% of its quiet speed here, a 1-thread step at 53% (docs/2026-12-05-threads.md). So with
 // --threads 0 (and OMP_NUM_THREADS not set) a run measures, every second between steps, how many
 // cores other processes took (core/cpu_load.h), and runs on the cores they leave free.
 #pragma once
