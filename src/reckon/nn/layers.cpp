@@ -91,14 +91,12 @@ void Conv2d::reset_parameters() {
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
-  Conv2dArgs a;
-  a.stride = options.stride.arr();
-  a.padding = options.padding.arr();
-  a.dilation = options.dilation.arr();
-  a.groups = options.groups;
-  return conv2d(x, weight, bias, a);
+Conv2dArgs Conv2d::args() const {
+  return {.stride = options.stride.arr(), .padding = options.padding.arr(), .dilation = options.dilation.arr(),
+          .groups = options.groups};
 }
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, args()); }
 
 std::string Conv2d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels, out_channels, size2_str(kernel),

@@ -62,6 +62,8 @@ class Conv2d : public Module {
       : Conv2d(in_channels, out_channels, kernel, Conv2dOptions{}, device) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  // The convolution's arguments (stride, padding, dilation, groups) from options.
+  Conv2dArgs args() const;
   // PyTorch's reset_parameters(): kaiming_uniform_(a = sqrt(5)) and the bias bound.
   void reset_parameters();
 

@@ -125,11 +125,7 @@ struct Qat::State {
 
   Tensor conv_forward(Layer& L, const Tensor& x) {
     nn::Conv2d& c = *L.conv;
-    Conv2dArgs a;
-    a.stride = c.options.stride.arr();
-    a.padding = c.options.padding.arr();
-    a.dilation = c.options.dilation.arr();
-    a.groups = c.options.groups;
+    const Conv2dArgs a = c.args();
     if (!enabled) return conv2d(x, c.weight, c.bias, a);
     const Tensor xq = input(L, x);
     if (!L.bn) return conv2d(xq, weight(c.weight), c.bias, a);

@@ -338,10 +338,8 @@ void print_header(Run& r) {
     std::vector<std::string> kept;
     for (auto& [name, mod] : r.model->named_modules())
       if (auto* c = dynamic_cast<nn::Conv2d*>(mod)) {
-        ConvAttrs a;
-        a.stride = c->options.stride.arr();
-        a.dilation = c->options.dilation.arr();
-        a.groups = c->options.groups;
+        const Conv2dArgs g = c->args();
+        const ConvAttrs a{g.stride, g.padding, g.dilation, g.groups};
         if (few_channel_first_layer({1, c->in_channels, 1, 1}, c->weight.shape(), a)) kept.push_back(name);
       }
     if (!kept.empty())
