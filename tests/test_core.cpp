@@ -1,6 +1,12 @@
 // Core: tensors and views, the tagged allocator's accounts, the meta device, and the
 // autograd engine's bookkeeping (accumulation, no_grad, saved tensors released on use).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include <cmath>
 
@@ -109,6 +115,71 @@ TEST(Allocator, MetaDeviceKeepsAccountsWithoutData) {
   }
   EXPECT_EQ(tr.stats().live_total_bytes, base);
   EXPECT_EQ(tr.stats().peak_total_bytes - base, 64LL * 3 * 224 * 224 * 4);
+}
+
+// The allocator's cache of big blocks runs on the meta device too, on sizes alone, so the same
+// allocations leave the same accounts on both: that is how the ledger predicts what a process
+// holds (ledger/process.h). A workspace block is resident when taken; another block's pages only
+// when written.
+TEST(Allocator, TheMetaDeviceKeepsTheCpuCachesAccounts) {
+  auto run = [](Device d) {
+    host_memory_restart(d);
+    const HostMemory before = host_memory(d);
+    std::vector<std::shared_ptr<Storage>> keep;
+    auto take = [&](int64_t bytes, Tag t) { return std::make_shared<Storage>(d, bytes, t); };
+    keep.push_back(take(3 << 20, Tag::temporary));  // class 3 MiB
+    keep.push_back(take(1000, Tag::temporary));     // small: malloc's
+    { auto s = take(1010, Tag::temporary); }        // small, cached: the last request below takes it
+    {
+      auto a = take(5 << 20, Tag::workspace);  // class 5 MiB
+      auto b = take(100 << 10, Tag::activation);
+    }                                                          // both cached
+    keep.push_back(take((5 << 20) - (200 << 10), Tag::grad));  // the cached 5 MiB block, fewer pages asked
+    keep.push_back(take(70 << 10, Tag::temporary));  // class 80 KiB: the cached 112 KiB block (under 2x)
+    keep.push_back(take(2 << 20, Tag::temporary));   // nothing cached: a new block
+    keep.push_back(take(1000, Tag::temporary));      // the cached small one (its class is 1024 bytes)
+    const HostMemory a = host_memory(d);
+    keep.clear();  // every block back in the cache, counted at its own size
+    EXPECT_EQ(host_memory(d).cached_bytes - before.cached_bytes,
+              a.mapped_bytes - before.mapped_bytes + a.small_held_bytes - before.small_held_bytes);
+    return HostMemory{.mapped_bytes = a.mapped_bytes - before.mapped_bytes,
+                      .resident_bytes = a.resident_bytes - before.resident_bytes,
+                      .cached_bytes = a.cached_bytes - before.cached_bytes,
+                      .blocks = a.blocks - before.blocks,
+                      .small_live_bytes = a.small_live_bytes - before.small_live_bytes,
+                      .small_held_bytes = a.small_held_bytes - before.small_held_bytes,
+                      .peak_resident_bytes = a.peak_resident_bytes - before.peak_resident_bytes};
+  };
+  const HostMemory c = run(Device::cpu), m = run(Device::meta);
+  constexpr int64_t KiB = 1024, MiB = 1024 * KiB;
+  EXPECT_EQ(c.mapped_bytes, 3 * MiB + 5 * MiB + 112 * KiB + 2 * MiB);  // 100 KiB is in the 112 KiB class
+  EXPECT_EQ(c.resident_bytes, 3 * MiB + 5 * MiB + 100 * KiB + 2 * MiB);  // 70 KiB: within the 100 reached
+  EXPECT_EQ(c.cached_bytes, 0);
+  EXPECT_EQ(c.blocks, 4);
+  EXPECT_EQ(c.small_live_bytes, 2 * 1024);  // 1000 and 1010 in 64-byte steps
+  EXPECT_EQ(c.small_held_bytes, 2 * 1024);
+  EXPECT_EQ(c.peak_resident_bytes, c.resident_bytes + c.small_held_bytes);
+  for (auto [cv, mv] : {std::pair{c.mapped_bytes, m.mapped_bytes}, {c.resident_bytes, m.resident_bytes},
+                        {c.cached_bytes, m.cached_bytes}, {c.blocks, m.blocks},
+                        {c.small_live_bytes, m.small_live_bytes}, {c.small_held_bytes, m.small_held_bytes},
+                        {c.peak_resident_bytes, m.peak_resident_bytes}})
+    EXPECT_EQ(cv, mv);
+
+  // What the OS says of the pages (mincore): all of a workspace block at once, none of a block
+  // no one wrote.
+  auto resident_pages = [](const Storage& s) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE)), n = (size_t(s.bytes()) + page - 1) / page;
+    std::vector<unsigned char> v(n);
+    EXPECT_EQ(mincore(s.data(), n * page, v.data()), 0);
+    size_t r = 0;
+    for (unsigned char x : v) r += x & 1;
+    return std::pair{r, n};
+  };
+  host_memory_restart(Device::cpu);  // fresh blocks, not cached ones someone wrote
+  Storage ws(Device::cpu, 6 << 20, Tag::workspace), tmp(Device::cpu, 6 << 20, Tag::temporary);
+  auto [wr, wn] = resident_pages(ws);
+  EXPECT_EQ(wr, wn);
+  EXPECT_EQ(resident_pages(tmp).first, 0u);
 }
 
 TEST(Allocator, TimelineRecordsEvents) {

@@ -67,9 +67,25 @@ class MemoryTracker {
 MemoryTracker& tracker(Device d);
 
 // Host memory held for reuse by freed storages (not live in any account), and a way to
-// hand it back to the system.
+// hand it back to the system (host_memory_restart(Device::cpu)).
 int64_t host_cache_bytes();
 void host_cache_release();
+
+// What the allocator holds from the system on a host device (cpu), or would hold (meta: the
+// same cache run on sizes alone). Bytes.
+struct HostMemory {
+  int64_t mapped_bytes = 0;         // big blocks (>= 64 KiB) mapped: live and cached, by size class
+  int64_t resident_bytes = 0;       // of those, the pages requests reached: what the OS counts
+  int64_t cached_bytes = 0;         // blocks freed and kept for reuse, big and small
+  int64_t blocks = 0;               // big blocks mapped
+  int64_t small_live_bytes = 0;     // small blocks (from malloc) live
+  int64_t small_held_bytes = 0;     // small blocks held: live and cached
+  int64_t peak_resident_bytes = 0;  // peak of resident + small held: the allocator's share of VmHWM
+};
+HostMemory host_memory(Device d);
+// Hands the cached blocks back to the system and starts a new peak window from what is live:
+// the meta device's figures are then those of a process that holds only the live storages.
+void host_memory_restart(Device d);
 
 // The tag given to allocations made on this thread while the guard lives (default: temporary).
 Tag current_tag();
@@ -113,6 +129,8 @@ class Storage {
   Device device_;
   Tag tag_;
   int saved_refs_ = 0;
+  size_t block_bytes_ = 0;  // a big block: its size (a size class, at least the request's)
+  size_t touched_ = 0;      // a big block's resident bytes (the allocator's cache records them)
   std::function<void()> release_;  // borrowed memory: how to hand it back (empty: ours)
 };
 
