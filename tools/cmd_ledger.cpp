@@ -9,6 +9,7 @@
 #include "reckon/core/error.h"
 #include "reckon/ledger/inference.h"
 #include "reckon/ledger/ledger.h"
+#include "reckon/ledger/process.h"
 #include "reckon/onnx/export.h"
 
 using namespace reckon;
@@ -88,6 +89,7 @@ int run(const LedgerArgs& a) {
     else
       std::fprintf(stderr, "calibration: other processes took %.0f%% of the CPU while it ran; kept the one of %s (%s)\n",
                    100 * r.fresh.others_cpu_share, r.kept.calibrated_at.c_str(), calibration_quality(r.kept).c_str());
+    std::fprintf(stderr, "process: %s\n", process_overhead(true).source.c_str());
   }
   if (a.inference) return run_inference(a);
   Ledger l = ledger(a.model, cfg);

@@ -9,14 +9,33 @@ import reckon
 from conftest import cli, cli_json
 
 
+# What this process holds once the step is planned (and so its predicted peak) is this process's
+# own: Python's interpreter and libraries here, the CLI's there. Everything else is equal.
+PROCESS_OWN = ("process_planned_bytes", "process_peak_bytes")
+
+
+def without_process_own(d):
+    d = json.loads(json.dumps(d))
+    for k in PROCESS_OWN:
+        assert d["memory"].pop(k) > 0, k
+    return d
+
+
+def without_process_lines(text):
+    return [l for l in text.splitlines()
+            if "process peak resident memory (VmHWM), predicted" not in l and "once the step is planned" not in l]
+
+
 def test_ledger_equals_the_clis_json():
     want = cli_json("ledger", "resnet18_cifar", "--batch", "8", "--precision", "bf16", "--optimizer", "adamw")
     got = reckon.ledger("resnet18_cifar", batch=8, precision="bf16", optimizer="adamw")
-    assert got.to_dict() == want
-    assert str(got) == cli("ledger", "resnet18_cifar", "--batch", "8", "--precision", "bf16", "--optimizer",
-                           "adamw").stdout
+    assert without_process_own(got.to_dict()) == without_process_own(want)
+    assert without_process_lines(str(got)) == without_process_lines(
+        cli("ledger", "resnet18_cifar", "--batch", "8", "--precision", "bf16", "--optimizer", "adamw").stdout)
+    # The allocator's part is the step's, the same in any process.
+    assert got.memory["allocator_resident_bytes"] == want["memory"]["allocator_resident_bytes"] > 0
     assert got.rows == want["layers"] and got.memory["peak_bytes"] == want["memory"]["peak_bytes"] > 0
-    assert json.loads(got.to_json()) == want
+    assert without_process_own(json.loads(got.to_json())) == without_process_own(want)
 
 
 def test_inference_ledger_equals_the_clis_json():

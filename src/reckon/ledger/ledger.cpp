@@ -1,6 +1,7 @@
 // The ledger: one training step on the meta device, read back from the op records and the
 // meta tracker (ledger.h). The measured side runs the same step function on the cpu.
 #include "reckon/ledger/ledger.h"
+#include "reckon/ledger/process.h"
 
 #include <algorithm>
 #include <chrono>
@@ -123,11 +124,19 @@ struct LedgerOp {
   Cost cost;
   KernelAlgo algo = KernelAlgo::none;
   std::string_view kernel;
+  std::string_view impl;  // the implementation the kernel chose, if it said (oneDNN's name)
   std::vector<DType> in_dtypes;
   bool has_output = false;
   Shape out_shape;        // of output 0
   int64_t workspace_bytes = 0, saved_bytes = 0;
 };
+
+// An op family for what its first run adds to a process: the op and the implementation its
+// kernel chose ("conv2d | jit:avx512_core", "conv2d | reckon small_direct"), which the meta
+// device's planning names as the cpu's run does; the op alone where the kernel does not say.
+std::string op_family(std::string_view op, std::string_view impl) {
+  return impl.empty() ? std::string(op) : fmt::format("{} | {}", op, impl);
+}
 
 std::string row_key(const std::string& scope) { return scope.empty() ? "(model)" : scope; }
 std::string row_of(const std::string& scope, Phase phase, bool in_backward_node) {
@@ -146,6 +155,7 @@ LedgerOp ledger_op_common(const R& r, int op, std::string_view name, bool in_bac
   o.cost = r.cost;
   o.algo = r.algo;
   o.kernel = r.kernel;
+  o.impl = r.impl;
   o.workspace_bytes = r.workspace_bytes;
   o.saved_bytes = r.saved_bytes;
   return o;
@@ -205,28 +215,21 @@ std::string op_precision(const LedgerOp& r) {
   return "fp32";
 }
 
-// /proc/self/status fields in bytes (0 when unreadable).
-int64_t proc_status_bytes(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const size_t n = std::strlen(field);
-  while (std::getline(f, line))
-    if (line.compare(0, n, field) == 0) {
-      std::istringstream is(line.substr(n));
-      int64_t kb = 0;
-      is >> kb;
-      return kb * 1024;
-    }
-  return 0;
-}
-
-// Resets the process's peak resident set (VmHWM) to the current one (Linux >= 4.0).
-bool reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return bool(f);
+// Warm-up steps before the observed one: the optimizer's state then exists, and the allocator's
+// cache holds the blocks a long run keeps. (A request may take a cached block of a larger class,
+// so a second step can map a block the first did not; the blocks stop changing within a few
+// steps: alexnet at batch 64 maps 2.4 MiB more in its second and third.) The meta device and
+// the measured run take the same steps.
+void warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg, const Tensor& x,
+             const Tensor& y) {
+  for (int i = 0, same = 0; i < 8 && !same; ++i) {
+    const HostMemory before = host_memory(d);
+    train_step(model, opt, scaler, cfg, x, y);
+    opt.zero_grad();
+    const HostMemory after = host_memory(d);
+    same = i > 0 && after.mapped_bytes == before.mapped_bytes && after.resident_bytes == before.resident_bytes &&
+           after.small_held_bytes == before.small_held_bytes;
+  }
 }
 
 struct MetaRun {
@@ -242,6 +245,7 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   RK_CHECK(model.device() == Device::meta, "[ledger] {}: the model must be built on the meta device, not {}", label,
            device_name(model.device()));
   MetaRun r;
+  host_memory_restart(Device::meta);  // blocks cached by earlier meta runs are not this process's
   PlanKernelsOnMeta plan(cfg.plan_workspace);
   model.train();
   model.zero_grad(true);
@@ -257,8 +261,7 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   r.input_bytes = x.nbytes();
   clear_op_failure();
   try {
-    train_step(model, *opt, scaler.get(), cfg, x, y);  // warm-up: the optimizer's state now exists
-    opt->zero_grad();
+    warm_up(Device::meta, model, *opt, scaler.get(), cfg, x, y);
     tracker(Device::meta).reset_peak();
     graph::Capture cap;
     nn::declare_module(cap, model);
@@ -289,6 +292,9 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
                             shapes, e.what()));
   }
   r.memory = memory_since(Device::meta, others);
+  const HostMemory hm = host_memory(Device::meta);
+  r.memory.allocator_resident_bytes = hm.peak_resident_bytes;
+  r.memory.allocator_cached_bytes = hm.cached_bytes;
   r.ops = ledger_ops(*r.graph);
   opt.reset();
   model.zero_grad(true);
@@ -415,7 +421,6 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   LedgerMeasured& M = L.measured;
   RK_CHECK(model.device() == Device::cpu, "[ledger] --measure: the measured model must be on the cpu, not {}",
            device_name(model.device()));
-  M.rss_before_bytes = proc_status_bytes("VmRSS:");
   model.train();
   model.zero_grad(true);
   auto opt = make_optimizer(cfg, model.parameters());
@@ -430,10 +435,28 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     y = Tensor::empty({in_shape[0]}, DType::i64, Device::cpu);
     for (int64_t i = 0; i < in_shape[0]; ++i) y.set(i, double(i % std::max<int64_t>(L.num_classes, 1)));
   }
-  train_step(model, *opt, scaler.get(), cfg, x, y);  // warm-up: optimizer state, oneDNN plans, the host cache
-  opt->zero_grad();
+  // What each op adds to the process the first time it runs, beyond the allocator's blocks: the
+  // code it runs (oneDNN's drivers, reckon's kernels), by op name (ledger/process.h sums it per
+  // op family). OpenMP's threads start first, so that their stacks are no op's.
+#pragma omp parallel
+  { (void)0; }
+  {
+    auto allocator_now = [] {
+      const HostMemory h = host_memory(Device::cpu);
+      return h.resident_bytes + h.small_held_bytes;
+    };
+    int64_t last_rss = process_rss_bytes(), last_alloc = allocator_now();
+    ObserveOps obs([&](const OpRecord& r) {
+      const int64_t rss = process_rss_bytes(), alloc = allocator_now();
+      M.first_run_bytes[op_family(r.op, r.impl)] += (rss - last_rss) - (alloc - last_alloc);
+      last_rss = rss;
+      last_alloc = alloc;
+    });
+    train_step(model, *opt, scaler.get(), cfg, x, y);
+    opt->zero_grad();
+  }
+  warm_up(Device::cpu, model, *opt, scaler.get(), cfg, x, y);  // and oneDNN's plans
   tracker(Device::cpu).reset_peak();
-  M.rss_peak_reset = reset_peak_rss();
 
   // Each op's time is the wall time from the previous op's record to its own (so the engine's
   // and the dispatcher's work between kernels is counted); the best of the timed steps is kept
@@ -455,13 +478,6 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
         }
         if (i < op_s.size()) op_s[i] = std::min(op_s[i], std::chrono::duration<double>(now - last).count());
         ++i;
-        // What the allocator holds from the system after this op: live blocks and its cache.
-        const int64_t cache = host_cache_bytes();
-        const int64_t held = tracker(Device::cpu).stats().live_total_bytes - others.total + cache;
-        if (held > M.allocator_held_bytes) {
-          M.allocator_held_bytes = held;
-          M.host_cache_bytes = cache;
-        }
         last = Clock::now();
       });
       train_step(model, *opt, scaler.get(), cfg, x, y);
@@ -479,7 +495,8 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   }
   M.best_step_wall_s = best_step_s;
   M.memory = memory_since(Device::cpu, others);
-  M.rss_peak_bytes = proc_status_bytes("VmHWM:");
+  M.process_peak_bytes = process_hwm_bytes();
+  M.allocator_resident_bytes = host_memory(Device::cpu).peak_resident_bytes;
 
   std::unordered_map<std::string, size_t> index;
   for (size_t k = 0; k < L.rows.size(); ++k) index[L.rows[k].scope] = k;
@@ -524,6 +541,8 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
   };
   say(fmt::format("{}: one training step on the meta device", label));
   MetaRun run = run_on_meta(model, L.input_shape, cfg, label);
+  // The process once the step is planned: what it holds besides the allocator's blocks.
+  run.memory.process_planned_bytes = process_rss_bytes() - host_memory(Device::cpu).resident_bytes;
   L.num_classes = run.classes;
   L.memory = run.memory;
   L.timeline = std::move(run.timeline);
@@ -542,6 +561,16 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
 
   say("timing: the device catalog (this cpu is calibrated once, then cached)");
   const DeviceSpec dev = device_spec(cfg.device), cpu = device_spec("cpu");
+  {
+    const ProcessOverhead po = process_overhead();
+    std::vector<std::string> names;
+    for (const LedgerOp& r : run.ops) names.push_back(op_family(r.name, r.impl));
+    std::string how;
+    L.memory.process_overhead_bytes = po.bytes_for(names, &how);
+    L.memory.process_overhead_source = po.measured ? po.source + "; " + how : po.source;
+    L.memory.process_peak_bytes =
+        L.memory.process_planned_bytes + L.memory.allocator_resident_bytes + L.memory.process_overhead_bytes;
+  }
   row_times(L, run.ops, dev, cpu);
   L.times.push_back(time_on(dev, L, run.ops));
   for (const auto& name : device_names())

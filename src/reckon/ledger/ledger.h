@@ -11,6 +11,7 @@
 // Not here: data loading, multi-device steps.
 #pragma once
 #include <array>
+#include <map>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -97,6 +98,18 @@ struct LedgerMemory {
   std::array<int64_t, kNumTags> at_peak_bytes{};  // by tag, at the moment of the peak
   std::array<int64_t, kNumTags> tag_peak_bytes{}; // each tag's own peak
   int64_t peak_bytes = 0;
+  // The process's peak resident memory (VmHWM: what the OS counts, and what runs a machine out
+  // of memory), predicted (ledger/process.h) as the sum of: the process's resident memory once
+  // the step is planned (code, libraries, oneDNN's primitives: the meta step creates them); the
+  // pages reckon's allocator will hold at its peak, live blocks and its cache of freed ones
+  // (host_memory on the meta device); and what running the kernels adds (threads, code they
+  // run: measured once per binary).
+  int64_t process_planned_bytes = 0;
+  int64_t allocator_resident_bytes = 0;
+  int64_t allocator_cached_bytes = 0;  // of allocator_resident_bytes: freed blocks kept (at the step's end)
+  int64_t process_overhead_bytes = 0;
+  std::string process_overhead_source;
+  int64_t process_peak_bytes = 0;
 };
 
 struct LedgerTime {
@@ -119,13 +132,12 @@ struct LedgerMeasured {
   LedgerMemory memory;               // tracker(Device::cpu) over the timed steps
   int64_t unplanned_workspace_bytes = 0;  // workspace requested by kernels that do not plan
   std::string unplanned_ops;         // which ops those were
-  int64_t rss_before_bytes = 0;      // resident memory when the measured run began
-  int64_t rss_peak_bytes = 0;        // peak resident memory during the timed steps (VmHWM)
-  bool rss_peak_reset = false;       // VmHWM could be reset before the steps (else: lifetime)
-  // What reckon's allocator held from the system (live blocks + its cache of freed blocks),
-  // sampled after every op, at the highest sample; and the cache's part of it.
-  int64_t allocator_held_bytes = 0;
-  int64_t host_cache_bytes = 0;
+  int64_t process_peak_bytes = 0;        // VmHWM after the steps: the process's peak over its life
+  int64_t allocator_resident_bytes = 0;  // host_memory(cpu).peak_resident_bytes: the allocator's share
+  // What each op family ("conv2d | jit:avx512_core": the op and its kernel's implementation, or
+  // the op alone) added to the process's resident memory the first time it ran, beyond the
+  // allocator's blocks (its code, mostly); what process.h's probes read.
+  std::map<std::string, int64_t> first_run_bytes;
   double step_s = 0;                 // sum of the per-op best times + the (best) time after the last op
   double optimizer_s = 0;            // the optimizer phase's ops (best per op), in step_s
   double best_step_wall_s = 0;       // the fastest timed step, wall clock

@@ -194,8 +194,18 @@ std::string format_ledger(const Ledger& l) {
   for (int i = 0; i < kNumTags; ++i)
     line(fmt::format("  {:<12} {:>14}", tag_name(Tag(i)), format_mib(l.memory.at_peak_bytes[size_t(i)])));
   line(fmt::format("  {:<12} {:>14}", "peak", format_mib(l.memory.peak_bytes)));
-  line("  not seen by the meta device: allocator size-class rounding and its cache of freed blocks, code and");
-  line("  libraries (oneDNN's primitives), workspace of kernels that do not plan (--measure shows each)");
+  const LedgerMemory& lm = l.memory;
+  line(fmt::format("process peak resident memory (VmHWM), predicted: {}", format_mib(lm.process_peak_bytes)));
+  line(fmt::format("  {:<66} {:>12}", "this process once the step is planned (code, libraries, kernels)",
+                   format_mib(lm.process_planned_bytes)));
+  line(fmt::format("  {:<66} {:>12}", "reckon's allocator at its peak: the pages its blocks reach",
+                   format_mib(lm.allocator_resident_bytes)));
+  line(fmt::format("    {:<64} {:>12}", "of which freed blocks kept for reuse (at the step's end)",
+                   format_mib(lm.allocator_cached_bytes)));
+  line(fmt::format("  {:<66} {:>12}", "running the kernels (threads, the code they run)",
+                   format_mib(lm.process_overhead_bytes)));
+  line(fmt::format("    ({})", lm.process_overhead_source));
+  line("  not seen by the meta device: workspace of kernels that do not plan (--measure shows each)");
   line("");
 
   // ---- time ----
@@ -235,18 +245,21 @@ std::string format_ledger(const Ledger& l) {
   }
   line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "peak (reckon's allocator)", format_mib(l.memory.peak_bytes),
                    format_mib(m.memory.peak_bytes), fmt_err(double(l.memory.peak_bytes), double(m.memory.peak_bytes))));
+  line("  process peak resident memory (VmHWM)");
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "  once the step is planned (the same)", format_mib(lm.process_planned_bytes),
+                   format_mib(lm.process_planned_bytes), ""));
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "  reckon's allocator (pages reached)", format_mib(lm.allocator_resident_bytes),
+                   format_mib(m.allocator_resident_bytes),
+                   fmt_err(double(lm.allocator_resident_bytes), double(m.allocator_resident_bytes))));
+  const int64_t rest = m.process_peak_bytes - m.allocator_resident_bytes - lm.process_planned_bytes;
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "  running the kernels", format_mib(lm.process_overhead_bytes),
+                   format_mib(rest), ""));
+  line(fmt::format("  {:<40} {:>13} {:>13} {:>8}", "  the process's peak", format_mib(lm.process_peak_bytes),
+                   format_mib(m.process_peak_bytes), fmt_err(double(lm.process_peak_bytes), double(m.process_peak_bytes))));
   line("  not seen by the meta device (named, not folded into the prediction):");
   line(fmt::format("    {:<54} {:>13}", "workspace of kernels that do not plan (largest request)",
                    format_mib(m.unplanned_workspace_bytes)));
   if (!m.unplanned_ops.empty()) line(fmt::format("      by {}", m.unplanned_ops));
-  line(fmt::format("    {:<54} {:>13}", "process peak resident memory during the step (VmHWM)", format_mib(m.rss_peak_bytes)));
-  line(fmt::format("      {:<52} {:>13}", "resident when the measured run began (code, model)", format_mib(m.rss_before_bytes)));
-  line(fmt::format("      {:<52} {:>13}", "reckon's allocator: live + cached blocks (top sample)",
-                   format_mib(m.allocator_held_bytes)));
-  line(fmt::format("        {:<50} {:>13}", "of which freed blocks kept for reuse (cache)", format_mib(m.host_cache_bytes)));
-  line(fmt::format("      {:<52} {:>13}", "the rest: code, libraries, oneDNN, size-class rounding",
-                   format_mib(m.rss_peak_bytes - m.allocator_held_bytes)));
-  if (!m.rss_peak_reset) line("      (VmHWM could not be reset: it is the process's lifetime peak)");
   line("");
 
   double pred_sum = 0, meas_sum = 0;
@@ -327,7 +340,13 @@ std::string ledger_json(const Ledger& l) {
                  {"flops_per_image", t.per_image(t.flops)}};
   j["memory"] = {{"at_peak_bytes", tags(l.memory.at_peak_bytes)},
                  {"tag_peak_bytes", tags(l.memory.tag_peak_bytes)},
-                 {"peak_bytes", l.memory.peak_bytes}};
+                 {"peak_bytes", l.memory.peak_bytes},
+                 {"process_planned_bytes", l.memory.process_planned_bytes},
+                 {"allocator_resident_bytes", l.memory.allocator_resident_bytes},
+                 {"allocator_cached_bytes", l.memory.allocator_cached_bytes},
+                 {"process_overhead_bytes", l.memory.process_overhead_bytes},
+                 {"process_overhead_source", l.memory.process_overhead_source},
+                 {"process_peak_bytes", l.memory.process_peak_bytes}};
   json times = json::array();
   for (const auto& d : l.times)
     times.push_back({{"device", d.device.name},
@@ -363,11 +382,9 @@ std::string ledger_json(const Ledger& l) {
                                         : 0.0},
                      {"unplanned_workspace_bytes", m.unplanned_workspace_bytes},
                      {"unplanned_ops", m.unplanned_ops},
-                     {"rss_before_bytes", m.rss_before_bytes},
-                     {"rss_peak_bytes", m.rss_peak_bytes},
-                     {"rss_peak_reset", m.rss_peak_reset},
-                     {"allocator_held_bytes", m.allocator_held_bytes},
-                     {"host_cache_bytes", m.host_cache_bytes},
+                     {"process_peak_bytes", m.process_peak_bytes},
+                     {"allocator_resident_bytes", m.allocator_resident_bytes},
+                     {"first_run_bytes", m.first_run_bytes},
                      {"step_s", m.step_s},
                      {"best_step_wall_s", m.best_step_wall_s},
                      {"optimizer_s", m.optimizer_s}};
