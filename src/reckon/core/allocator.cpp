@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -118,9 +119,10 @@ struct Block {
 };
 
 // Makes pages resident (writes them) without changing their contents (fresh pages are zero).
+// Where the system cannot (out of memory), the pages are left to the kernel that writes them.
 void populate_pages(char* p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
-  if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return;
+  if (madvise(p, n, MADV_POPULATE_WRITE) == 0 || errno != EINVAL) return;
 #endif
   std::memset(p, 0, n);  // kernels before 5.14
 }
@@ -135,7 +137,7 @@ class HostCache {
   Block take(size_t bytes, bool populate) {
     const size_t cls = size_class(bytes);
     const bool big = cls >= kBigBytes;
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
     Block b;
     // Its own class first; a big one, else the smallest larger cached block less than
     // kReuseRatio times larger (of equal ones, the longest cached).
@@ -158,15 +160,18 @@ class HostCache {
       if (holds_ && !(b.p = std::aligned_alloc(64, cls))) return b;
       s_.small_held_bytes += int64_t(cls);
     }
+    size_t fresh_from = 0, fresh_bytes = 0;  // pages to populate, after the lock is let go
     if (big) {
       const size_t t = std::max(b.touched, page_round(bytes));
-      if (populate && b.p && t > b.touched) populate_pages(static_cast<char*>(b.p) + b.touched, t - b.touched);
+      if (populate && b.p && t > b.touched) fresh_from = b.touched, fresh_bytes = t - b.touched;
       s_.resident_bytes += int64_t(t - b.touched);
       b.touched = t;
     } else {
       s_.small_live_bytes += int64_t(b.cls);
     }
     s_.peak_resident_bytes = std::max(s_.peak_resident_bytes, s_.resident_bytes + s_.small_held_bytes);
+    g.unlock();  // the block is the caller's now; other threads need not wait for its pages
+    if (fresh_bytes > 0) populate_pages(static_cast<char*>(b.p) + fresh_from, fresh_bytes);
     return b;
   }
   void give(const Block& b) {
@@ -227,7 +232,10 @@ HostCache& host_cache(Device d) {
 
 int64_t host_cache_bytes() { return int64_t(host_cache(Device::cpu).cached()); }
 void host_cache_release() { host_cache(Device::cpu).restart(); }
-void host_memory_restart(Device d) { host_cache(d).restart(); }
+void host_memory_restart(Device d) {
+  RK_CHECK(d != Device::cuda, "[alloc] host_memory_restart: the cuda device holds no host blocks");
+  host_cache(d).restart();
+}
 HostMemory host_memory(Device d) {
   RK_CHECK(d != Device::cuda, "[alloc] host_memory: the cuda device holds no host blocks");
   return host_cache(d).stats();

@@ -423,6 +423,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
            device_name(model.device()));
   model.train();
   model.zero_grad(true);
+  host_memory_restart(Device::cpu);  // the allocator's peak window is this run's (as on meta)
   auto opt = make_optimizer(cfg, model.parameters());
   auto scaler = make_scaler(cfg);
   Others others = others_now(Device::cpu, model);
@@ -542,7 +543,10 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
   say(fmt::format("{}: one training step on the meta device", label));
   MetaRun run = run_on_meta(model, L.input_shape, cfg, label);
   // The process once the step is planned: what it holds besides the allocator's blocks.
-  run.memory.process_planned_bytes = process_rss_bytes() - host_memory(Device::cpu).resident_bytes;
+  {
+    const HostMemory cpu_blocks = host_memory(Device::cpu);
+    run.memory.process_planned_bytes = process_rss_bytes() - cpu_blocks.resident_bytes - cpu_blocks.small_held_bytes;
+  }
   L.num_classes = run.classes;
   L.memory = run.memory;
   L.timeline = std::move(run.timeline);
@@ -582,7 +586,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
              format_mib(L.memory.peak_bytes), format_mib(cpu.memory_bytes));
     nn::Module* cpu_model = cpu_model_of();
     RK_CHECK(cpu_model != nullptr, "[ledger] {}: measuring needs the model built on the cpu too", label);
-    say(fmt::format("{}: measuring the same step on the cpu (1 warm-up + {} timed steps)", label, cfg.measure_steps));
+    say(fmt::format("{}: measuring the same step on the cpu (warm-up steps + {} timed steps)", label, cfg.measure_steps));
     measure_on_cpu(L, *cpu_model, L.input_shape, run.ops);
   }
   L.graph = std::move(run.graph);

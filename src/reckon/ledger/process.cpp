@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +51,10 @@ std::string reckon_cli() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && self.filename() == "reckon") return self.string();
-  if (const char* b = std::getenv("RECKON_BIN"); b && *b && fs::is_regular_file(b, ec)) return b;
+  if (const char* b = std::getenv("RECKON_BIN"); b && *b && fs::is_regular_file(b, ec)) {
+    const fs::path c = fs::weakly_canonical(b, ec);  // the key names the file as /proc/self/exe does
+    return ec ? std::string(b) : c.string();
+  }
   if (!ec && fs::is_regular_file(self.parent_path() / "reckon", ec)) return (self.parent_path() / "reckon").string();
   return {};
 }
@@ -72,20 +76,35 @@ json read_cache() {
   return json::object();  // missing or damaged: probed afresh
 }
 
-void write_cache(const std::string& key, const json& entry) {
+// Writes the entry (replacing the entries of earlier builds of the same binary at the same
+// thread count), through a temporary file renamed into place, so that a reader sees the old file
+// or the new one. A write that fails (a read-only home, a full disk) keeps nothing and leaves the
+// old file: the figures are probed again next time.
+void write_cache(const std::string& key, const std::string& bin, const json& entry) {
   const std::string path = cache_path();
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   json j = read_cache();
+  const std::string threads = fmt::format("|{} threads", omp_get_max_threads());
+  for (auto it = j.begin(); it != j.end();) {
+    const std::string& k = it.key();
+    const bool same_binary = k.rfind(bin + "|", 0) == 0 && k.size() >= threads.size() &&
+                             k.compare(k.size() - threads.size(), threads.size(), threads) == 0;
+    it = same_binary && k != key ? j.erase(it) : std::next(it);
+  }
   j[key] = entry;
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  bool ok = false;
   {
     std::ofstream o(tmp);
-    if (!o) return;  // a read-only home: not kept
-    o << j.dump(2) << "\n";
+    if (o) {
+      o << j.dump(2) << "\n";
+      o.close();
+      ok = !o.fail();
+    }
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) fs::remove(tmp, ec);
 }
 
 std::string shell_quote(const std::string& s) {
@@ -115,8 +134,8 @@ constexpr const char* kProbes[] = {
 // Runs one probe; nullopt with why in `why`.
 std::optional<ProcessProbe> probe(const std::string& bin, const char* args, std::string& why) {
   const std::string cmd = fmt::format(
-      "RECKON_PROCESS_PROBE=1 OMP_NUM_THREADS={} {} ledger {} --measure --measure-steps 1 --json 2>/dev/null "
-      "</dev/null",
+      "RECKON_PROCESS_PROBE=1 OMP_NUM_THREADS={} timeout 600 {} ledger {} --measure --measure-steps 1 --json "
+      "2>/dev/null </dev/null",
       omp_get_max_threads(), shell_quote(bin), args);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
@@ -128,7 +147,10 @@ std::optional<ProcessProbe> probe(const std::string& bin, const char* args, std:
   for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
   const int status = pclose(p);
   if (status != 0) {
-    why = fmt::format("`{} ledger {} --measure` failed (status {})", bin, args, status);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    why = code == 124   ? fmt::format("`{} ledger {} --measure` took over 600 s", bin, args)
+          : code >= 0 ? fmt::format("`{} ledger {} --measure` exited with {}", bin, args, code)
+                      : fmt::format("`{} ledger {} --measure` was killed", bin, args);
     return std::nullopt;
   }
   try {
@@ -191,8 +213,10 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
     if (best->first_run_bytes.count(f)) continue;
     std::optional<int64_t> least;
     for (const auto& p : probes)
-      if (auto it = p.first_run_bytes.find(f); it != p.first_run_bytes.end())
-        least = std::min(least.value_or(it->second), std::max<int64_t>(0, it->second));
+      if (auto it = p.first_run_bytes.find(f); it != p.first_run_bytes.end()) {
+        const int64_t v = std::max<int64_t>(0, it->second);
+        least = least ? std::min(*least, v) : v;
+      }
     if (least)
       sum += *least;
     else
@@ -207,6 +231,8 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
 
 ProcessOverhead process_overhead(bool refresh) {
   std::lock_guard<std::mutex> g(g_mu);
+  // Once per process and key, failures included (a probe that failed is not run again).
+  static std::map<std::string, ProcessOverhead> memo;
   ProcessOverhead r;
   if (const char* p = std::getenv("RECKON_PROCESS_PROBE"); p && *p) {
     r.source = "this is a probe";
@@ -218,6 +244,7 @@ ProcessOverhead process_overhead(bool refresh) {
     r.source = "not measured: no reckon binary to probe from this process (set RECKON_BIN)";
     return r;
   }
+  if (auto it = memo.find(key); it != memo.end() && !refresh) return it->second;
   auto described = [&](ProcessOverhead o, const std::string& at) {
     o.source = fmt::format("probed {} by {} small steps in fresh processes (cached in {})", at, std::size(kProbes),
                            cache_path());
@@ -233,7 +260,7 @@ ProcessOverhead process_overhead(bool refresh) {
           o.probes.push_back({p.at("args").get<std::string>(), p.at("total_bytes").get<int64_t>(),
                               p.at("first_run_bytes").get<std::map<std::string, int64_t>>()});
         if (o.probes.empty()) throw std::runtime_error("no probes");
-        return described(o, e.at("measured_at").get<std::string>());
+        return memo[key] = described(o, e.at("measured_at").get<std::string>());
       } catch (const std::exception&) {
       }
   }
@@ -242,11 +269,11 @@ ProcessOverhead process_overhead(bool refresh) {
     const std::string at = now_utc();
     json probes = json::array();
     for (const auto& p : o->probes) probes.push_back(to_json(p));
-    write_cache(key, {{"probes", probes}, {"measured_at", at}});
-    return described(*o, at);
+    write_cache(key, bin, {{"probes", probes}, {"measured_at", at}});
+    return memo[key] = described(*o, at);
   }
   r.source = "not measured: " + why;
-  return r;
+  return memo[key] = r;
 }
 
 }  // namespace reckon
