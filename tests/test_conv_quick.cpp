@@ -206,3 +206,35 @@ TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
       EXPECT_EQ(used, "reckon small_direct bwd_data; reckon small_direct bwd_weights; reckon small_direct fwd; ");
   }
 }
+
+// A convolution's backward reorders dy into oneDNN's blocked layout once for both passes
+// (ShareConversions, ops/op.h): backward-weights asks for less workspace when backward-data ran
+// first in the same backward, and the gradients are the same as when each pass runs alone.
+TEST(ConvQuick, BackwardReordersDyOnceForBothPasses) {
+  Tensor x0 = Tensor::empty({8, 32, 14, 14}), w0 = Tensor::empty({32, 32, 3, 3}), dy = Tensor::empty({8, 32, 14, 14});
+  fill_uniform_(x0, -1, 1);
+  fill_uniform_(w0, -1, 1);
+  fill_uniform_(dy, -1, 1);
+  auto run = [&](bool x_grad) {
+    Tensor x = x0.detach(), w = w0.detach();  // fresh leaves on the same data
+    x.set_requires_grad(x_grad);
+    w.set_requires_grad(true);
+    std::map<std::string, int64_t> ws;
+    Tensor y = conv2d(x, w, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
+    {
+      ObserveOps obs([&](const OpRecord& r) { ws[std::string(r.op)] = r.workspace_bytes; });
+      sum(mul(y, dy)).backward();
+    }
+    return std::tuple{ws, w.grad()};
+  };
+  auto [both, dw_both] = run(true);
+  auto [alone, dw_alone] = run(false);
+  ASSERT_TRUE(both.count("conv2d_backward_input") && both.count("conv2d_backward_weight"));
+  ASSERT_FALSE(alone.count("conv2d_backward_input"));
+  // (Where oneDNN takes dy in its plain layout there is nothing to reorder: 0 both ways.)
+  EXPECT_LE(both.at("conv2d_backward_weight"), alone.at("conv2d_backward_weight"));
+  if (alone.at("conv2d_backward_weight") > 0) {
+    EXPECT_LT(both.at("conv2d_backward_weight"), alone.at("conv2d_backward_weight"));
+  }
+  EXPECT_EQ(max_diff(dw_both, dw_alone), 0.0);
+}

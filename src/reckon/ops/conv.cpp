@@ -1,5 +1,7 @@
 #include "reckon/ops/conv.h"
 
+#include <optional>
+
 #include <atomic>
 #include <cstdlib>
 
@@ -92,6 +94,9 @@ std::vector<Tensor> Conv2d::backward(const BackwardArgs& b, const Attrs& a) {
   const Tensor& dy = b.grad_outputs[0];
   Tensor dx, dw, db;
   bool want_b = b.needs_grad.size() > 2 && b.needs_grad[2];
+  // Both passes read dy: its layout conversion is made once (ShareConversions, op.h).
+  std::optional<ShareConversions> share;
+  if (b.needs_grad[0] && b.needs_grad[1]) share.emplace();
   if (b.needs_grad[0]) dx = call1<Conv2dBackwardInput>({dy, b.inputs[1]}, {a, b.input_specs[0].shape});
   if (b.needs_grad[1]) {
     auto r = call<Conv2dBackwardWeight>({dy, b.inputs[0]}, {a, b.input_specs[1].shape, want_b});

@@ -31,6 +31,13 @@ Cost elementwise_cost(std::span<const Tensor> in, std::span<const TensorSpec> ou
   return c;
 }
 
+namespace {
+thread_local ShareConversions* t_share = nullptr;
+}
+ShareConversions::ShareConversions() : prev_(t_share) { t_share = this; }
+ShareConversions::~ShareConversions() { t_share = prev_; }
+std::vector<ShareConversions::Entry>* ShareConversions::active() { return t_share ? &t_share->entries_ : nullptr; }
+
 Tensor KernelCtx::workspace(int64_t bytes) {
   TagGuard g(Tag::workspace);
   workspace_bytes_ += bytes;

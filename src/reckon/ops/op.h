@@ -25,6 +25,7 @@
 #include <concepts>
 #include <functional>
 #include <span>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -165,6 +166,33 @@ class KernelCtx {
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
   int64_t workspace_bytes_ = 0;
+};
+
+// Layout conversions of an input that the next kernels of the same backward may reuse. A
+// convolution's backward computes dx and dw from the same dy, and each oneDNN kernel would
+// reorder dy into its blocked layout. While a ShareConversions lives (Conv2d::backward), a kernel
+// keeps its converted copy here, keyed by the source's storage and offset (the payload is the
+// kernel's: the copy and its layout), and the next kernel that wants the same layout finds it.
+// The storage is held weakly: a source freed meanwhile (an autocast copy of dy made for one
+// call) matches nothing, even if a new storage takes its address.
+// The copies are workspace, alive until the scope ends, on the meta device as on the cpu.
+class ShareConversions {
+ public:
+  struct Entry {
+    std::weak_ptr<Storage> storage;
+    int64_t offset = 0;
+    std::shared_ptr<void> payload;
+  };
+  ShareConversions();
+  ~ShareConversions();
+  ShareConversions(const ShareConversions&) = delete;
+  ShareConversions& operator=(const ShareConversions&) = delete;
+  // The innermost scope's entries on this thread; null outside any.
+  static std::vector<Entry>* active();
+
+ private:
+  std::vector<Entry> entries_;
+  ShareConversions* prev_;
 };
 
 // What backward receives. Tensors not in the op's saved set are undefined; every input's

@@ -194,7 +194,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
   memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
-  memory dym = reorder_to(ctx, dyu, plan->pd.diff_dst_desc(), hdy);
+  memory dym = reorder_shared(ctx, dy, dyu, plan->pd.diff_dst_desc(), hdy);
   memory wm = reorder_to(ctx, wu, plan->pd.weights_desc(), hw);
   memory dxm = dxu;
   if (plan->pd.diff_src_desc() != dxu.get_desc()) {
@@ -242,7 +242,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
   memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
   Tensor hdy, hx, hdw;
-  memory dym = reorder_to(ctx, dyu, plan->pd.diff_dst_desc(), hdy);
+  memory dym = reorder_shared(ctx, dy, dyu, plan->pd.diff_dst_desc(), hdy);
   memory xm = reorder_to(ctx, xu, plan->pd.src_desc(), hx);
   memory dwm = dwu;
   if (plan->pd.diff_weights_desc() != dwu.get_desc()) {

@@ -74,4 +74,27 @@ dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::mem
   return dst;
 }
 
+namespace {
+struct SharedReorder {
+  dnnl::memory::desc desc;
+  Tensor copy;
+};
+}  // namespace
+
+dnnl::memory reorder_shared(KernelCtx& ctx, const Tensor& t, const dnnl::memory& src,
+                            const dnnl::memory::desc& dst_desc, Tensor& holder) {
+  auto* shared = ShareConversions::active();
+  if (!shared || src.get_desc() == dst_desc) return reorder_to(ctx, src, dst_desc, holder);
+  for (const auto& e : *shared) {
+    if (e.storage.lock() != t.storage_ptr() || e.offset != t.offset()) continue;
+    const auto* r = static_cast<const SharedReorder*>(e.payload.get());
+    if (r->desc != dst_desc) continue;
+    holder = r->copy;
+    return dnnl::memory(dst_desc, engine(), holder.raw_data());
+  }
+  dnnl::memory m = reorder_to(ctx, src, dst_desc, holder);
+  shared->push_back({t.storage_ptr(), t.offset(), std::make_shared<SharedReorder>(SharedReorder{dst_desc, holder})});
+  return m;
+}
+
 }  // namespace reckon::dnnl_util

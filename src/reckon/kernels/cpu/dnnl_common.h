@@ -96,6 +96,13 @@ void execute(KernelCtx& ctx, const dnnl::primitive& p, const dnnl::memory::desc&
 dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::memory::desc& dst_desc,
                         Tensor& holder);
 
+// reorder_to for an input tensor `t` whose converted copy the next kernels of a
+// ShareConversions scope may reuse (a convolution's dy, read by backward-data and
+// backward-weights): an earlier copy of t in this layout is returned (and held in `holder`)
+// instead of a new one.
+dnnl::memory reorder_shared(KernelCtx& ctx, const Tensor& t, const dnnl::memory& src,
+                            const dnnl::memory::desc& dst_desc, Tensor& holder);
+
 // This cpu has no f16 arithmetic: a kernel called with f16 tensors runs `f32_kernel` on f32
 // workspace copies of them and rounds its outputs back to f16. The copies are requested from ctx,
 // so on the meta device (planning) they are accounted like any other workspace.
