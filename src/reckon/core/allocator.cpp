@@ -212,10 +212,6 @@ class HostCache {
     }
     drop_locked(b);
   }
-  size_t cached() {
-    std::lock_guard<std::mutex> g(mu_);
-    return cached_;
-  }
   HostMemory stats() {
     std::lock_guard<std::mutex> g(mu_);
     HostMemory m = s_;
@@ -259,8 +255,6 @@ HostCache& host_cache(Device d) {
 }
 }  // namespace
 
-int64_t host_cache_bytes() { return int64_t(host_cache(Device::cpu).cached()); }
-void host_cache_release() { host_cache(Device::cpu).restart(); }
 void host_memory_restart(Device d) {
   RK_CHECK(d != Device::cuda, "[alloc] host_memory_restart: the cuda device holds no host blocks");
   host_cache(d).restart();

@@ -66,11 +66,6 @@ class MemoryTracker {
 
 MemoryTracker& tracker(Device d);
 
-// Host memory held for reuse by freed storages (not live in any account), and a way to
-// hand it back to the system (host_memory_restart(Device::cpu)).
-int64_t host_cache_bytes();
-void host_cache_release();
-
 // What the allocator holds from the system on a host device (cpu), or would hold (meta: the
 // same cache run on sizes alone). Bytes.
 struct HostMemory {

@@ -24,6 +24,7 @@
 #include "reckon/core/cuda.h"
 #include "reckon/engine/engine.h"
 #include "reckon/nn/module.h"
+#include "reckon/onnx/export.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
@@ -205,21 +206,10 @@ void write_cache(const DeviceSpec& d) {
                             {"under_load", d.under_load},
                             {"attempts", d.attempts},
                             {"versions", calibration_versions()}};
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream o(tmp);
-    if (!o) return;  // a read-only home: the calibration is simply not kept
-    o << j.dump(2) << "\n";
+  try {
+    onnx::write_file_atomic(path, j.dump(2) + "\n");
+  } catch (const std::exception&) {  // a read-only home, a full disk: the calibration is simply not kept
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
-}
-
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 std::mutex g_cpu_mu;
@@ -305,6 +295,13 @@ std::vector<std::string> device_names() {
   std::vector<std::string> r = {"cpu"};
   for (const auto& g : gpus()) r.push_back(g.name);
   return r;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
 }
 
 std::string device_cache_path() {
@@ -432,7 +429,7 @@ DeviceSpec calibrate_cpu() {
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     d.engine_step_overhead_s = t[t.size() / 2] / double(e.steps().size());
   }
-  host_cache_release();  // the calibration's big blocks go back to the system
+  host_memory_restart(Device::cpu);  // the calibration's blocks go back to the system
   d.others_cpu_share = others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads);
   d.under_load = d.others_cpu_share > kCalibrationBusyShare;
   d.description += " (calibrated)";

@@ -99,6 +99,8 @@ std::string calibration_quality(const DeviceSpec& d);
 // ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count, and each records
 // when it was made and by what (calibration_versions()).
 std::string device_cache_path();
+// Now, UTC, ISO 8601 ("2026-12-05T16:31:28Z"): when a cached calibration or probe was made.
+std::string now_utc();
 // What made a calibration: reckon's version, the calibration's own format number and oneDNN's
 // version ("reckon 0.1.0, calibration 2, oneDNN 2.6.3"). An entry made by another is not used.
 std::string calibration_versions();

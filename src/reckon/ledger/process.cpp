@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +22,7 @@
 #include "reckon/core/file.h"
 #include "reckon/core/json.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/onnx/export.h"
 
 namespace reckon {
 namespace {
@@ -93,31 +93,16 @@ void write_cache(const std::string& key, const std::string& bin, const json& ent
     it = same_binary && k != key ? j.erase(it) : std::next(it);
   }
   j[key] = entry;
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  bool ok = false;
-  {
-    std::ofstream o(tmp);
-    if (o) {
-      o << j.dump(2) << "\n";
-      o.close();
-      ok = !o.fail();
-    }
+  try {
+    onnx::write_file_atomic(path, j.dump(2) + "\n");
+  } catch (const std::exception&) {  // a read-only home, a full disk: not kept, probed again next time
   }
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) fs::remove(tmp, ec);
 }
 
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // The probes: small steps whose ops cover the zoo's families (reckon's own small convolutions,
