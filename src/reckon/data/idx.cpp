@@ -4,6 +4,8 @@
 // file is trusted: every header field, the length of the data, the absence of trailing bytes
 // (which is also where gzip's CRC is checked) and every label are validated, and each failure
 // is one line naming the file and the (uncompressed) byte offset.
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@ class GzReader {
  public:
   explicit GzReader(std::string path) : path_(std::move(path)) {
     RegularFile file(path_, "idx");  // a FIFO or a directory is refused before anything blocks
+    read_claimed_size(file.fd());
     errno = 0;
     f_ = gzdopen(file.fd(), "rb");
     if (!f_) throw file_error("idx", path_, fmt::format("cannot open: {}", std::strerror(errno ? errno : ENOMEM)));
@@ -77,6 +80,15 @@ class GzReader {
     return got;
   }
 
+  // Whether the file says its uncompressed length is offset() + n: a raw file by its size; a
+  // gzip file by its trailer's ISIZE (the length mod 2^32), believed only up to deflate's largest
+  // ratio (1032:1) over the compressed size. The length is still checked as the data is read.
+  bool claims_length(uint64_t n) const {
+    const uint64_t total = offset_ + n;
+    if (!gzip_) return total == file_bytes_;
+    return claimed_isize_ == uint32_t(total) && total <= 1032 * file_bytes_;
+  }
+
   // " (the gzip stream ends early)" when the compressed data itself was cut short.
   std::string cut_note() const { return cut_stream_ ? " (the gzip stream is cut short)" : ""; }
 
@@ -97,6 +109,17 @@ class GzReader {
   std::vector<uint8_t> read_body(uint64_t n, const std::string& declared) {
     std::vector<uint8_t> v;
     uint64_t have = 0;
+    // Read in place when the file's length agrees with the header; else grown by doubling, so
+    // memory follows what is really there (the doubling's last copy holds 1.7x the data for a
+    // moment: 80 MiB for Fashion-MNIST's 47 MiB of images, the run's peak resident memory).
+    if (claims_length(n)) {
+      v.resize(size_t(n));
+      have = read_some(v.data(), n);
+      if (have < n)
+        throw file_error("idx", path_,
+                         fmt::format("truncated at offset {}: the header declares {} ({} bytes of data from offset {}){}",
+                                     offset_, declared, n, offset_ - have, cut_note()));
+    }
     while (have < n) {
       uint64_t want = std::min(n, std::max<uint64_t>(have * 2, uint64_t(4) << 20));
       v.resize(size_t(want));
@@ -115,7 +138,20 @@ class GzReader {
   }
 
  private:
+  void read_claimed_size(int fd) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return;
+    file_bytes_ = uint64_t(st.st_size);
+    unsigned char b[4];
+    gzip_ = file_bytes_ >= 18 && pread(fd, b, 2, 0) == 2 && b[0] == 0x1f && b[1] == 0x8b;
+    if (gzip_ && pread(fd, b, 4, off_t(file_bytes_ - 4)) == 4)
+      claimed_isize_ = uint32_t(b[0]) | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16) | (uint32_t(b[3]) << 24);
+  }
+
   std::string path_;
+  uint64_t file_bytes_ = 0;
+  bool gzip_ = false;
+  uint32_t claimed_isize_ = 0;
   gzFile f_ = nullptr;
   uint64_t offset_ = 0;
   bool cut_stream_ = false;
