@@ -213,7 +213,7 @@ std::vector<Case> cases() {
       {"LabelSmoothingOverOne", {}, train_args({"--label-smoothing", "2"}), 1, {"--label-smoothing"}},
       {"WarmupNegative", {}, train_args({"--warmup", "-5"}), 1, {"--warmup"}},
       {"LogEveryZero", {}, train_args({"--log-every", "0"}), 1, {"--log-every"}},
-      {"EvalBatchZero", {}, train_args({"--eval-batch", "0"}), 1, {"--eval-batch"}},
+      {"EvalBatchNegative", {}, train_args({"--eval-batch", "-1"}), 1, {"--eval-batch"}},
       {"NormalizeMalformed", {}, train_args({"--normalize", "0.5/"}), 1, {"--normalize"}},
       {"NormalizeWrongChannels", {}, train_args({"--normalize", "0.1,0.2,0.3/0.5,0.5,0.5"}), 1, {"--normalize"}},
       {"AugmentUnknown", {}, train_args({"--augment", "rotate"}), 1, {"rotate"}},

@@ -31,6 +31,10 @@
 #include "reckon/io/npy.h"
 #include "reckon/io/safetensors.h"
 #include "reckon/ledger/ledger.h"
+#include "reckon/onnx/import.h"
+#include "reckon/ops/functional.h"
+#include "reckon/ops/node.h"
+#include "reckon/train/eval.h"
 #include "reckon/train/trainer.h"
 #include "test_util.h"
 
@@ -114,11 +118,13 @@ TEST(TrainRecipe, LeNet5FashionMnistReaches88PercentIn5Epochs) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::cout << r.err << r.out;
   std::smatch m;
-  // The results on stdout, two lines (the accuracy, where the files are); the log on stderr.
+  // The results on stdout, three lines (the accuracy, the ledger's prediction against what the run
+  // measured, where the files are); the log on stderr.
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(^final test accuracy ([0-9.]+)%)"))) << r.out;
   double acc = std::stod(m[1]) / 100;
   EXPECT_GE(acc, 0.88) << r.out;
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+  EXPECT_NE(r.out.find("predicted against measured: step "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find((out / "last.safetensors").string()), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("61706 parameters"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("M forward MACs per image"), std::string::npos) << r.err;
@@ -942,4 +948,27 @@ TEST(TrainCli, ValidationSplitBestCheckpointAndEarlyStop) {
                         {"--early-stop", "--val-split"});
   expect_one_line_error({"train", "tinycnn", "--val-split", "1", "--out", (d / "x").string()}, d, {"--val-split"});
   fs::remove_all(d);
+}
+
+// An evaluation's last, shorter batch runs zero-padded through the engine built for the full batch
+// (one copy of the weights in the engine's layouts, not two): its rows are those the full batch
+// gives for the same images, bit for bit, and the eager forward's within float tolerance.
+TEST(BatchEngines, AShortBatchRunsPaddedThroughTheFullBatchsEngine) {
+  manual_seed(3);
+  auto model = onnx::make_model("tinycnn", {.num_classes = 10, .in_channels = 3});
+  model->eval();
+  Generator g(11);
+  Tensor full = Tensor::empty({8, 3, 32, 32});
+  fill_uniform_(full, -1.0, 1.0, g);
+  Tensor part = contiguous(narrow(full, 0, 0, 3));
+  train::BatchEngines engines(*model);
+  const Tensor y_full = engines.run(full), y_part = engines.run(part);
+  ASSERT_EQ(y_part.shape(), (Shape{3, 10}));
+  for (int64_t i = 0; i < 3 * 10; ++i) EXPECT_EQ(y_part.get(i), y_full.get(i)) << i;
+  Tensor eager;
+  {
+    NoGrad ng;
+    eager = (*model)(part);
+  }
+  for (int64_t i = 0; i < 3 * 10; ++i) EXPECT_NEAR(y_part.get(i), eager.get(i), 1e-4) << i;
 }

@@ -315,6 +315,11 @@ nb::dict run_train(nb::dict options, nb::object on_step) {
   out["int8_accuracy"] = r.int8_accuracy;
   out["optimizer_defaults"] = r.optimizer_defaults;
   out["warnings"] = r.warnings;
+  out["predicted_step_s"] = r.predicted_step_s;
+  out["measured_step_s"] = r.measured_step_s;
+  out["predicted_process_peak_bytes"] = r.predicted_process_peak_bytes;
+  out["measured_process_peak_bytes"] = r.measured_process_peak_bytes;
+  out["dataset_bytes"] = r.dataset_bytes;
   return out;
 }
 

@@ -48,6 +48,10 @@ def test_a_callback_returning_false_stops_with_a_checkpoint_and_resume_goes_on(t
     assert os.path.exists(r.checkpoint)
     r2 = reckon.train("lenet5", out=out, resume=True, verbose=0)
     assert r2.first_step == 5 and r2.steps == 512 // 32 and not r2.stopped
+    # The ledger's prediction of the run, beside what it measured (11 steps: the median after 3).
+    assert r2.predicted_step_s > 0 and r2.measured_step_s > 0
+    assert r2.predicted_process_peak_bytes > 0
+    assert r2.measured_process_peak_bytes >= r2.dataset_bytes
 
 
 def test_a_callbacks_exception_ends_the_run_and_is_raised(tmp_path):

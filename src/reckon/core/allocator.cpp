@@ -219,12 +219,13 @@ class HostCache {
     return m;
   }
   // Every cached block back to the system; the peak window starts again from what is held.
-  void restart() {
+  // Hands the cached blocks back; a new peak window from what is live when restart_peak.
+  void trim(bool restart_peak) {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [c, b] : free_) drop_locked(b);
     free_.clear();
     cached_ = 0;
-    s_.peak_resident_bytes = s_.resident_bytes + s_.small_held_bytes;
+    if (restart_peak) s_.peak_resident_bytes = s_.resident_bytes + s_.small_held_bytes;
   }
 
  private:
@@ -257,7 +258,11 @@ HostCache& host_cache(Device d) {
 
 void host_memory_restart(Device d) {
   RK_CHECK(d != Device::cuda, "[alloc] host_memory_restart: the cuda device holds no host blocks");
-  host_cache(d).restart();
+  host_cache(d).trim(true);
+}
+void host_memory_trim(Device d) {
+  RK_CHECK(d != Device::cuda, "[alloc] host_memory_trim: the cuda device holds no host blocks");
+  host_cache(d).trim(false);
 }
 HostMemory host_memory(Device d) {
   RK_CHECK(d != Device::cuda, "[alloc] host_memory: the cuda device holds no host blocks");

@@ -81,6 +81,11 @@ HostMemory host_memory(Device d);
 // Hands the cached blocks back to the system and starts a new peak window from what is live:
 // the meta device's figures are then those of a process that holds only the live storages.
 void host_memory_restart(Device d);
+// Hands the cached blocks back to the system, the peak window kept: what a run calls between
+// phases whose blocks differ in size (training steps, then an evaluation at another batch), so
+// that the process holds the larger phase's blocks, not both (the cache cannot give one phase's
+// blocks to the other's requests).
+void host_memory_trim(Device d);
 
 // The tag given to allocations made on this thread while the guard lives (default: temporary).
 Tag current_tag();

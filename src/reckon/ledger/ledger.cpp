@@ -19,6 +19,7 @@
 #include "reckon/nn/models/registry.h"
 #include "reckon/nn/module.h"
 #include "reckon/onnx/import.h"
+#include "reckon/ops/autocast.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
@@ -54,6 +55,9 @@ void check_config(const LedgerConfig& cfg) {
            "[ledger] --classes must be 1 to {} (0: the model's default), got {}", kMaxClasses, cfg.num_classes);
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
+  RK_CHECK(cfg.loader_batches >= 0 && cfg.last_batch >= 0 && cfg.eval_batch >= 0 && cfg.eval_last_batch >= 0,
+           "[ledger] loader batches, last batch, evaluation batch and its last must be >= 0, got {}, {}, {}, {}",
+           cfg.loader_batches, cfg.last_batch, cfg.eval_batch, cfg.eval_last_batch);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   device_spec(cfg.device);  // throws naming the known devices
@@ -220,8 +224,19 @@ std::string op_precision(const LedgerOp& r) {
 // so a second step can map a block the first did not; the blocks stop changing within a few
 // steps: alexnet at batch 64 maps 2.4 MiB more in its second and third.) The meta device and
 // the measured run take the same steps.
-void warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg, const Tensor& x,
-             const Tensor& y) {
+// A batch of `n` samples shaped like x, as the loader makes them (input-tagged; zeros on the cpu,
+// so that a measured evaluation reads valid labels).
+std::pair<Tensor, Tensor> loader_batch(Device d, const Shape& sample_of, int64_t n) {
+  TagGuard tag(Tag::input);
+  Shape s = sample_of;
+  s[0] = n;
+  if (d == Device::meta) return {Tensor::empty(s, DType::f32, d), Tensor::empty({n}, DType::i64, d)};
+  return {Tensor::zeros(s, DType::f32, d), Tensor::zeros({n}, DType::i64, d)};
+}
+
+// Steps until the allocator's blocks stop changing.
+void steps_until_stable(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
+                        const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
   for (int i = 0, same = 0; i < 8 && !same; ++i) {
     const HostMemory before = host_memory(d);
     train_step(model, opt, scaler, cfg, x, y);
@@ -230,6 +245,66 @@ void warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScal
     same = i > 0 && after.mapped_bytes == before.mapped_bytes && after.resident_bytes == before.resident_bytes &&
            after.small_held_bytes == before.small_held_bytes;
   }
+}
+
+// The evaluation between epochs as train::evaluate runs it: eval mode, no gradients, the run's
+// autocast, its loader's batches, the loss summed; batches until the allocator's blocks stop
+// changing (a later batch may take a larger cached block than the first did and map another). At
+// a batch other than the step's the allocator's cache is handed back before and after (as the
+// trainer does).
+void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape& x_shape) {
+  const bool other_batch = cfg.eval_batch != cfg.batch;
+  if (other_batch) host_memory_trim(d);
+  model.eval();
+  std::vector<std::pair<Tensor, Tensor>> batches;
+  for (int i = 0; i < cfg.loader_batches; ++i) batches.push_back(loader_batch(d, x_shape, cfg.eval_batch));
+  for (int i = 0, same = 0; i < 8 && !same; ++i) {
+    const HostMemory before = host_memory(d);
+    auto [x, y] = loader_batch(d, x_shape, cfg.eval_batch);  // the loader's next, the oldest freed
+    NoGrad ng;
+    Autocast ac(precision_dtype(cfg.precision));
+    Tensor logits = model(x);
+    Tensor loss = cross_entropy(logits, y, {.reduction = Reduction::sum});
+    Tensor scores = contiguous(cast(logits, DType::f32));  // what train::count_correct reads
+    const HostMemory after = host_memory(d);
+    same = i > 0 && after.mapped_bytes == before.mapped_bytes && after.resident_bytes == before.resident_bytes &&
+           after.small_held_bytes == before.small_held_bytes;
+  }
+  if (cfg.eval_last_batch > 0) {  // the split's last, shorter batch: blocks of its own sizes
+    auto [x, y] = loader_batch(d, x_shape, cfg.eval_last_batch);
+    NoGrad ng;
+    Autocast ac(precision_dtype(cfg.precision));
+    Tensor logits = model(x);
+    Tensor loss = cross_entropy(logits, y, {.reduction = Reduction::sum});
+    Tensor scores = contiguous(cast(logits, DType::f32));
+  }
+  batches.clear();
+  model.train();
+  if (other_batch) host_memory_trim(d);
+}
+
+// Warm-up steps before the observed one: the optimizer's state then exists, and the allocator's
+// cache holds the blocks a long run keeps; with the run around the step (the config's
+// loader_batches, last_batch and eval_batch), an epoch's end and evaluation too, in the
+// trainer's order. Returns the loader's batches, to be kept alive over the observed step.
+std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
+                            const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
+  std::vector<Tensor> held;
+  for (int i = 0; i < cfg.loader_batches; ++i) {
+    auto [bx, by] = loader_batch(d, x.shape(), x.size(0));
+    held.push_back(bx), held.push_back(by);
+  }
+  steps_until_stable(d, model, opt, scaler, cfg, x, y);
+  if (cfg.last_batch > 0 || cfg.eval_batch > 0) {
+    if (cfg.last_batch > 0) {
+      auto [lx, ly] = loader_batch(d, x.shape(), cfg.last_batch);
+      train_step(model, opt, scaler, cfg, lx, ly);
+      opt.zero_grad();
+    }
+    if (cfg.eval_batch > 0) eval_pass(d, model, cfg, x.shape());
+    steps_until_stable(d, model, opt, scaler, cfg, x, y);
+  }
+  return held;
 }
 
 struct MetaRun {
@@ -261,7 +336,7 @@ MetaRun run_on_meta(nn::Module& model, const Shape& in_shape, const LedgerConfig
   r.input_bytes = x.nbytes();
   clear_op_failure();
   try {
-    warm_up(Device::meta, model, *opt, scaler.get(), cfg, x, y);
+    const std::vector<Tensor> loader_held = warm_up(Device::meta, model, *opt, scaler.get(), cfg, x, y);
     tracker(Device::meta).reset_peak();
     graph::Capture cap;
     nn::declare_module(cap, model);
@@ -456,7 +531,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     train_step(model, *opt, scaler.get(), cfg, x, y);
     opt->zero_grad();
   }
-  warm_up(Device::cpu, model, *opt, scaler.get(), cfg, x, y);  // and oneDNN's plans
+  const std::vector<Tensor> loader_held = warm_up(Device::cpu, model, *opt, scaler.get(), cfg, x, y);  // and oneDNN's plans
   tracker(Device::cpu).reset_peak();
 
   // Each op's time is the wall time from the previous op's record to its own (so the engine's

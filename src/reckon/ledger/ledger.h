@@ -47,6 +47,16 @@ struct LedgerConfig {
   std::string device = "cpu";       // catalog key (devices.h) the step is timed for
   int64_t dataset_size = 0;         // images per epoch; 0: no whole-run estimate
   int64_t epochs = 1;
+  // The run around the step, as `reckon train` runs it (0: none), taken by the warm-up steps in
+  // the trainer's order so that the allocator's blocks at their peak are the run's: input batches
+  // the loader holds beside the step's (its prefetch), an epoch's last micro-batch when shorter,
+  // and the evaluation between epochs at this batch (eval mode, no gradients) with its split's
+  // last, shorter batch. The observed step is still one step of `batch`; the memory figures are
+  // the peak over all of it.
+  int loader_batches = 0;
+  int64_t last_batch = 0;
+  int64_t eval_batch = 0;
+  int64_t eval_last_batch = 0;
   bool plan_workspace = true;       // let cpu kernels plan their workspace on meta
   bool measure = false;             // also run the step for real on the cpu and compare
   int measure_steps = 3;            // timed steps after one warm-up step (best per op kept)

@@ -45,4 +45,10 @@ struct ProcessOverhead {
 // (--recalibrate). In a probe itself (RECKON_PROCESS_PROBE set) nothing is probed: all 0.
 ProcessOverhead process_overhead(bool refresh = false);
 
+// Makes the cpu's calibration (ledger/devices.h) in a child process when device_spec("cpu") would
+// make one here: its buffers (hundreds of MiB for the bandwidth) would otherwise be this process's
+// peak resident memory, which a training run predicts and then measures. Without a reckon binary
+// to run it does nothing (device_spec calibrates in this process, as before).
+void calibrate_cpu_in_child();
+
 }  // namespace reckon

@@ -120,7 +120,7 @@ void validate(const TrainConfig& c) {
   RK_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (got {})", c.checkpoint_every);
   RK_CHECK(c.log_every >= 1, "--log-every must be at least 1 (got {})", c.log_every);
   RK_CHECK(c.print_every >= 1, "--print-every must be at least 1 (got {})", c.print_every);
-  RK_CHECK(c.eval_batch >= 1, "--eval-batch must be at least 1 (got {})", c.eval_batch);
+  RK_CHECK(c.eval_batch >= 0, "--eval-batch must be >= 0 (got {}; 0: the training batch)", c.eval_batch);
   RK_CHECK(c.stop_after >= 0, "--stop-after must be >= 0 (got {})", c.stop_after);
   RK_CHECK(!c.out.empty(), "--out must name a directory");
   precision_dtype(c.precision);  // throws naming --precision

@@ -81,8 +81,11 @@ RK_TRAIN_FIELD(std::string, augment, "none", numbers, option, "none | comma list
 RK_TRAIN_FIELD(int64_t, checkpoint_every, 0, run, option, "also checkpoint every N steps (0: at epoch ends only)")
 RK_TRAIN_FIELD(int64_t, log_every, 10, run, option, "steps per metrics row / TensorBoard point")
 RK_TRAIN_FIELD(int64_t, print_every, 200, run, option, "steps per log line when stderr is not a terminal")
-RK_TRAIN_FIELD(int64_t, eval_batch, 500, run, option, "batch size of the evaluation")
+RK_TRAIN_FIELD(int64_t, eval_batch, 0, run, option, "batch size of the evaluation (0: the training batch, whose memory it then reuses)")
 RK_TRAIN_FIELD(bool, drop_last, false, numbers, flag, "drop the last partial batch of each epoch")
+// The ledger's prediction of the run (step time, the process's peak resident memory), printed
+// before the first step and set beside what was measured at the end (train/trainer.h).
+RK_TRAIN_FIELD(bool, no_predict, false, run, flag, "do not predict the step time and process memory before the run")
 RK_TRAIN_FIELD(int, prefetch, 2, run, none, "batches the loader prepares ahead")
 // Stop after this many steps in all (a checkpoint is written first), as if interrupted; 0: run to
 // the end. For tests and for splitting a run.
