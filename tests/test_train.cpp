@@ -204,6 +204,32 @@ TEST(Trainer, OneThreadTwiceSameLosses) {
   fs::remove_all(d);
 }
 
+// The ledger's prediction before the first step draws no random number the run needs: with
+// dropout (mobilenet_v2's classifier draws a seed per step) the losses and the generator's state
+// at the end are the same with and without it.
+TEST(Trainer, ThePredictionLeavesTheRunsRandomNumbersAlone) {
+  fs::path d = test_dir("predict-rng");
+  auto config = [&](const std::string& name, bool predict) {
+    train::TrainConfig c;
+    c.model = "mobilenet_v2";
+    c.data = "synthetic:3x32x32:64:10";
+    c.epochs = 1;
+    c.batch = 16;
+    c.threads = 1;
+    c.no_predict = !predict;
+    c.out = (d / name).string();
+    c.verbose = 0;
+    return c;
+  };
+  const train::TrainResult with = train::train(config("with", true)), without = train::train(config("without", false));
+  EXPECT_GT(with.predicted_process_peak_bytes, 0);
+  EXPECT_EQ(without.predicted_process_peak_bytes, 0);
+  ASSERT_EQ(with.losses.size(), 4u);
+  EXPECT_EQ(with.losses, without.losses);
+  EXPECT_EQ(with.rng_state, without.rng_state);
+  fs::remove_all(d);
+}
+
 // tinycnn (BatchNorm buffers) with AdamW (step counts), augmentation and dropout-free layers,
 // 10 batches an epoch, 3 epochs.
 TEST(Trainer, ResumeMidEpochGivesTheIdenticalCurve) {

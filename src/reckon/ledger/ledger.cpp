@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <tuple>
 
 #include "reckon/graph/capture.h"
 #include "reckon/nn/graph_module.h"
@@ -296,12 +297,21 @@ std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, 
   }
   steps_until_stable(d, model, opt, scaler, cfg, x, y);
   if (cfg.last_batch > 0 || cfg.eval_batch > 0) {
+    // The epoch's end: the loader has nothing prepared; the trainer still holds its last batch
+    // (the short one, if any) while it evaluates.
+    held.clear();
+    Tensor lx, ly;
     if (cfg.last_batch > 0) {
-      auto [lx, ly] = loader_batch(d, x.shape(), cfg.last_batch);
+      std::tie(lx, ly) = loader_batch(d, x.shape(), cfg.last_batch);
       train_step(model, opt, scaler, cfg, lx, ly);
       opt.zero_grad();
     }
     if (cfg.eval_batch > 0) eval_pass(d, model, cfg, x.shape());
+    lx = ly = Tensor();
+    for (int i = 0; i < cfg.loader_batches; ++i) {  // the next epoch's prefetch
+      auto [bx, by] = loader_batch(d, x.shape(), x.size(0));
+      held.push_back(bx), held.push_back(by);
+    }
     steps_until_stable(d, model, opt, scaler, cfg, x, y);
   }
   return held;
@@ -694,7 +704,25 @@ ZooModel zoo_model(const std::string& model_name, const LedgerConfig& cfg, Devic
 }
 }  // namespace
 
+namespace {
+// The process's random numbers as they were: the ledger's steps draw dropout seeds (on any
+// device) and building a model draws its initial weights, and a training run that asks for a
+// prediction before its first step must draw the same numbers as one that does not (--resume is
+// bit-identical to an uninterrupted run).
+class KeepDefaultGenerator {
+ public:
+  KeepDefaultGenerator() : state_(default_generator().state()) {}
+  ~KeepDefaultGenerator() { default_generator().set_state(state_); }
+  KeepDefaultGenerator(const KeepDefaultGenerator&) = delete;
+  KeepDefaultGenerator& operator=(const KeepDefaultGenerator&) = delete;
+
+ private:
+  std::array<uint64_t, 4> state_;
+};
+}  // namespace
+
 Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
+  KeepDefaultGenerator keep;
   check_config(cfg);
   ZooModel meta = zoo_model(model_name, cfg, Device::meta);
   std::shared_ptr<nn::Module> cpu;
@@ -717,6 +745,7 @@ graph::Graph training_step_graph(const std::string& model_name, const LedgerConf
 }
 
 Ledger ledger(nn::Module& model, const Shape& input_shape, const LedgerConfig& cfg, nn::Module* cpu_model) {
+  KeepDefaultGenerator keep;
   return run_ledger(model.type_name(), model, input_shape, cfg, [cpu_model] { return cpu_model; });
 }
 

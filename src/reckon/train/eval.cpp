@@ -64,7 +64,11 @@ Tensor BatchEngines::run(const Tensor& x) {
   padded_shape[0] = best_batch;
   Tensor padded = Tensor::zeros(padded_shape, x.dtype(), x.device());
   copy_(narrow(padded, 0, 0, n), x);
-  return contiguous(narrow(best->run(padded), 0, 0, n));
+  const Tensor y = best->run(padded);
+  if (y.dim() > 0 && y.size(0) == best_batch) return contiguous(narrow(y, 0, 0, n));
+  // An output that does not lead with the batch (an .onnx graph's own): an engine at this batch.
+  engines_.emplace_back(n, std::make_unique<engine::Engine>(engine::make_program(model_, x.shape())));
+  return engines_.back().second->run(x);
 }
 
 std::optional<StoredNormalize> checkpoint_normalization(const io::Checkpoint& ck, int64_t channels,

@@ -770,8 +770,8 @@ TrainResult train(const TrainConfig& in) {
   const FileMarks marks = restore(r);
   r.ck = io::Checkpoint{};  // restored: its tensors are not held over the run
   r.res.first_step = r.prog.step;
+  open_outputs(r, marks);  // (first: a locked or bad --out is said before the prediction's work)
   predict_run(r);
-  open_outputs(r, marks);
   print_header(r);
   r.run_t0 = Clock::now();
   for (int64_t epoch = r.prog.epoch, skip = r.prog.batch_in_epoch; epoch < r.cfg.epochs && !r.res.early_stopped;

@@ -66,11 +66,15 @@ struct TrainResult {
   int64_t fewer_threads_steps = 0;
   // The ledger's prediction, made before the first step (reckon/ledger/ledger.h, with the run
   // around the step: the loader's batches, the epoch's last batch, the evaluation), and what the
-  // run measured; 0 when not predicted (--no-predict, --qat) or not measured (no steps).
+  // run measured; predictions 0 when not made (--no-predict, --qat, the ledger refused).
   double predicted_step_s = 0;
-  double measured_step_s = 0;            // median wall time of this session's steps after its first 3 (of 65536 kept)
+  // The median wall time of this session's steps after its first 3 (of the first 65536): 0 with 3
+  // steps or fewer.
+  double measured_step_s = 0;
   int64_t predicted_process_peak_bytes = 0;
-  int64_t measured_process_peak_bytes = 0;  // VmHWM at the end (the process's peak over its life)
+  // VmHWM at the end: the process's peak over its whole life (from Python: the interpreter's,
+  // earlier work included).
+  int64_t measured_process_peak_bytes = 0;
   int64_t dataset_bytes = 0;             // resident memory opening the data added (measured)
 };
 
