@@ -59,12 +59,14 @@ Case avg_pool_case(const std::string& label, Shape x, PoolAttrs a) {
   return c;
 }
 
-Case bn_case(const std::string& label, bool training, bool affine, bool running) {
+// hw: the spatial size. The cpu kernel takes rows (a sample's values of a channel) of 64 values
+// or more one channel at a time, shorter ones by blocks of channels (kernels/cpu/norm.cpp): both.
+Case bn_case(const std::string& label, bool training, bool affine, bool running, Shape hw = {3, 5}) {
   Case c;
   c.op = "batch_norm2d";
   c.label = label;
   c.inputs = [=](DType t, Generator& g) {
-    return V{rnd({3, 4, 3, 5}, t, g, -2, 3), affine ? rnd({4}, t, g, 0.5, 1.5) : Tensor(),
+    return V{rnd({3, 4, hw[0], hw[1]}, t, g, -2, 3), affine ? rnd({4}, t, g, 0.5, 1.5) : Tensor(),
              affine ? rnd({4}, t, g) : Tensor(), running ? rnd({4}, t, g) : Tensor(),
              running ? rnd({4}, t, g, 0.5, 2.0) : Tensor()};
   };
@@ -81,12 +83,12 @@ Case bn_case(const std::string& label, bool training, bool affine, bool running)
   return c;
 }
 
-Case bn_backward_case(const std::string& label, bool training) {
+Case bn_backward_case(const std::string& label, bool training, Shape hw = {4, 5}) {
   Case c;
   c.op = "batch_norm2d_backward";
   c.label = label;
-  c.inputs = [](DType t, Generator& g) {
-    return V{rnd({2, 3, 4, 5}, t, g), rnd({2, 3, 4, 5}, t, g, -2, 3), rnd({3}, t, g, 0.5, 1.5), rnd({3}, t, g),
+  c.inputs = [=](DType t, Generator& g) {
+    return V{rnd({2, 3, hw[0], hw[1]}, t, g), rnd({2, 3, hw[0], hw[1]}, t, g, -2, 3), rnd({3}, t, g, 0.5, 1.5), rnd({3}, t, g),
              rnd({3}, t, g, 0.5, 2.0)};
   };
   c.run = runner<BatchNorm2dBackward>({training, 0.1, 1e-5});
@@ -205,6 +207,12 @@ Register reg[] = {
     Register(bn_case("eval, affine", false, true, true)),
     Register(bn_backward_case("training", true)),
     Register(bn_backward_case("eval", false)),
+    Register(bn_case("training, affine, running stats, rows of 72", true, true, true, {9, 8})),
+    Register(bn_case("eval, affine, rows of 72", false, true, true, {9, 8})),
+    Register(bn_case("training, 1x1", true, true, true, {1, 1})),
+    Register(bn_backward_case("training, rows of 72", true, {9, 8})),
+    Register(bn_backward_case("eval, rows of 72", false, {9, 8})),
+    Register(bn_backward_case("training, 1x1", true, {1, 1})),
     Register(lrn_case("size 3", {3, 0.5, 0.75, 2.0}, false)),
     Register(lrn_case("size 4 beta 0.6", {4, 0.3, 0.6, 1.0}, false)),
     Register(lrn_case("size 3", {3, 0.5, 0.75, 2.0}, true)),

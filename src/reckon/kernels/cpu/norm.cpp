@@ -1,6 +1,8 @@
 // Fast normalisation kernels, OpenMP loops the compiler vectorises:
 //   batch norm: one thread per channel; sums in float along each contiguous (n, c) row and in
-//     double across rows; mean, then variance around it, then y = x * scale + shift.
+//     double across rows; mean, then variance around it, then y = x * scale + shift. Rows shorter
+//     than 64 values (H x W of mobilenet's last blocks) go by blocks of channels instead, summed
+//     position by position over the samples in double (batch_norm2d_short).
 //   local response norm: threads over (n, block of S positions); the channel window is summed
 //     over a block held in registers/L1, s^-beta has exact fast paths for beta 0.75, 0.5, 1.
 //   dropout: the counter-based mask of ops/norm.h, so it matches the reference bit for bit.
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "reckon/kernels/cpu/lowp.h"
 #include "reckon/ops/dispatch.h"
@@ -103,10 +106,162 @@ inline void lrn_scale(const float* px, const Ncs& g, int64_t n, int64_t c, int64
 }  // namespace
 
 namespace {
+// Batch norm over short rows (a sample's values of one channel: s = H x W below kShortRow, as in
+// mobilenet_v2's last blocks at 1x1 to 4x4): the per-channel loops would run a loop of s values
+// N x C times (960 channels at 1x1, batch 32: 2.5 ms a call, the step's largest layers). Here a
+// block of channels [c0, c1) is one contiguous run of L = (c1 - c0) x s values per sample; sums run
+// position by position over the samples in double (vectorised over the run), then per channel
+// over its s positions; the outputs are one pass over each sample's run with the per-position
+// scale and shift. The same code for every storage type, so bf16/f16 stay the f32 result rounded.
+constexpr int64_t kShortRow = 64;
+constexpr int64_t kShortRun = 4096;  // values per sample in one block: the accumulators stay in L1/L2
+
+// The channel blocks of a short-row tensor, each [c0, c0 + cb) with cb x s <= kShortRun.
+int64_t short_block_channels(const Ncs& g) { return std::max<int64_t>(1, kShortRun / std::max<int64_t>(g.s, 1)); }
+
+// acc[j] = sum over samples of f(x value at position j of the block's run, j).
+template <class T, class F>
+void sum_over_samples(const T* p, const Ncs& g, int64_t c0, int64_t L, double* acc, F&& f) {
+  std::fill_n(acc, L, 0.0);
+  for (int64_t n = 0; n < g.n; ++n) {
+    const T* r = p + (n * g.c + c0) * g.s;
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) acc[j] += double(f(load(r[j]), j));
+  }
+}
+double channel_total(const double* acc, int64_t k, int64_t s) {
+  double t = 0;
+  for (int64_t i = 0; i < s; ++i) t += acc[k * s + i];
+  return t;
+}
+
+template <class T>
+void batch_norm2d_short(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
+  const Tensor& x = in[0];
+  const Ncs g = ncs(x);
+  const int64_t M = g.n * g.s, cb = short_block_channels(g), blocks = (g.c + cb - 1) / cb;
+  const T* px = x.data<T>();
+  const float* pw = opt(in[1]);
+  const float* pb = opt(in[2]);
+  float* rm = a.training ? (out.size() > 3 ? out[3].data<float>() : nullptr) : in[3].data<float>();
+  float* rv = a.training ? (out.size() > 3 ? out[4].data<float>() : nullptr) : in[4].data<float>();
+  T* py = out[0].data<T>();
+  float* sm = a.training ? out[1].data<float>() : nullptr;
+  float* si = a.training ? out[2].data<float>() : nullptr;
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * cb, c1 = std::min(g.c, c0 + cb), L = (c1 - c0) * g.s;
+    std::vector<double> acc(static_cast<size_t>(L));
+    std::vector<float> mean_at(static_cast<size_t>(L)), scale_at(static_cast<size_t>(L)), shift_at(static_cast<size_t>(L));
+    std::vector<double> mean(size_t(c1 - c0)), invstd(size_t(c1 - c0));
+    if (a.training) {
+      sum_over_samples(px, g, c0, L, acc.data(), [](float v, int64_t) { return v; });
+      for (int64_t k = 0; k < c1 - c0; ++k) {
+        mean[size_t(k)] = channel_total(acc.data(), k, g.s) / double(M);
+        std::fill_n(mean_at.data() + k * g.s, g.s, float(mean[size_t(k)]));
+      }
+      const float* mf = mean_at.data();
+      sum_over_samples(px, g, c0, L, acc.data(), [mf](float v, int64_t j) {
+        const float d = v - mf[j];
+        return d * d;
+      });
+      for (int64_t k = 0; k < c1 - c0; ++k) {
+        const int64_t c = c0 + k;
+        double v = channel_total(acc.data(), k, g.s);
+        const double dm = mean[size_t(k)] - double(float(mean[size_t(k)]));  // as in batch_norm2d
+        v -= double(M) * dm * dm;
+        invstd[size_t(k)] = 1.0 / std::sqrt(std::max(v, 0.0) / double(M) + a.eps);
+        sm[c] = float(mean[size_t(k)]);
+        si[c] = float(invstd[size_t(k)]);
+        if (rm) {
+          rm[c] = float((1.0 - a.momentum) * double(rm[c]) + a.momentum * mean[size_t(k)]);
+          rv[c] = float((1.0 - a.momentum) * double(rv[c]) + a.momentum * std::max(v, 0.0) / double(M - 1));
+        }
+      }
+    } else {
+      for (int64_t k = 0; k < c1 - c0; ++k) {
+        mean[size_t(k)] = double(rm[c0 + k]);
+        invstd[size_t(k)] = 1.0 / std::sqrt(double(rv[c0 + k]) + a.eps);
+      }
+    }
+    for (int64_t k = 0; k < c1 - c0; ++k) {
+      const int64_t c = c0 + k;
+      const double w = pw ? double(pw[c]) : 1.0, b = pb ? double(pb[c]) : 0.0;
+      std::fill_n(scale_at.data() + k * g.s, g.s, float(invstd[size_t(k)] * w));
+      std::fill_n(shift_at.data() + k * g.s, g.s, float(b - mean[size_t(k)] * invstd[size_t(k)] * w));
+    }
+    const float *sc = scale_at.data(), *sh = shift_at.data();
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c0) * g.s;
+      const T* xr = px + base;
+      T* yr = py + base;
+#pragma omp simd
+      for (int64_t j = 0; j < L; ++j) yr[j] = store<T>(load(xr[j]) * sc[j] + sh[j]);
+    }
+  }
+}
+
+template <class T>
+void batch_norm2d_backward_short(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
+  const Tensor &dy = in[0], &x = in[1];
+  const Ncs g = ncs(x);
+  const int64_t M = g.n * g.s, cb = short_block_channels(g), blocks = (g.c + cb - 1) / cb;
+  const T* pdy = dy.data<T>();
+  const T* px = x.data<T>();
+  const float* pw = opt(in[2]);
+  const float* pm = in[3].data<float>();
+  const float* pv = in[4].data<float>();
+  T* pdx = out[0].data<T>();
+  float* pdw = out[1].data<float>();
+  float* pdb = out[2].data<float>();
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * cb, c1 = std::min(g.c, c0 + cb), L = (c1 - c0) * g.s;
+    std::vector<double> acc_dy(size_t(L), 0.0), acc_dot(size_t(L), 0.0);
+    std::vector<float> mean_at(static_cast<size_t>(L)), gm_at(static_cast<size_t>(L)), k_at(static_cast<size_t>(L)), scale_at(static_cast<size_t>(L));
+    for (int64_t k = 0; k < c1 - c0; ++k) std::fill_n(mean_at.data() + k * g.s, g.s, pm[c0 + k]);
+    const float* mf = mean_at.data();
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c0) * g.s;
+      const T* dr = pdy + base;
+      const T* xr = px + base;
+      double* ad = acc_dy.data();
+      double* ax = acc_dot.data();
+#pragma omp simd
+      for (int64_t j = 0; j < L; ++j) {
+        const float d = load(dr[j]);
+        ad[j] += double(d);
+        ax[j] += double(d * (load(xr[j]) - mf[j]));
+      }
+    }
+    for (int64_t k = 0; k < c1 - c0; ++k) {
+      const int64_t c = c0 + k;
+      const double invstd = a.training ? double(pv[c]) : 1.0 / std::sqrt(double(pv[c]) + a.eps);
+      const double sum_dy = channel_total(acc_dy.data(), k, g.s), dot = channel_total(acc_dot.data(), k, g.s);
+      const double w = pw ? double(pw[c]) : 1.0;
+      pdw[c] = float(dot * invstd);
+      pdb[c] = float(sum_dy);
+      std::fill_n(scale_at.data() + k * g.s, g.s, float(invstd * w));
+      std::fill_n(gm_at.data() + k * g.s, g.s, a.training ? float(sum_dy / double(M)) : 0.f);
+      std::fill_n(k_at.data() + k * g.s, g.s, a.training ? float(dot * invstd * invstd / double(M)) : 0.f);
+    }
+    const float *sc = scale_at.data(), *gm = gm_at.data(), *kk = k_at.data();
+    for (int64_t n = 0; n < g.n; ++n) {
+      const int64_t base = (n * g.c + c0) * g.s;
+      const T* dr = pdy + base;
+      const T* xr = px + base;
+      T* o = pdx + base;
+#pragma omp simd
+      for (int64_t j = 0; j < L; ++j) o[j] = store<T>((load(dr[j]) - gm[j] - (load(xr[j]) - mf[j]) * kk[j]) * sc[j]);
+    }
+  }
+}
+
 template <class T>
 void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
   const Tensor& x = in[0];
   const Ncs g = ncs(x);
+  if (g.s < kShortRow) return batch_norm2d_short<T>(in, out, a);
   const int64_t M = g.n * g.s;
   const T* px = x.data<T>();
   const float* pw = opt(in[1]);
@@ -166,6 +321,7 @@ template <class T>
 void batch_norm2d_backward(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
   const Tensor &dy = in[0], &x = in[1];
   const Ncs g = ncs(x);
+  if (g.s < kShortRow) return batch_norm2d_backward_short<T>(in, out, a);
   const int64_t M = g.n * g.s;
   const T* pdy = dy.data<T>();
   const T* px = x.data<T>();
