@@ -159,6 +159,17 @@ Register reg[] = {
     Register({"conv2d_backward_weight", "3x3 s2 p1 with bias",
               [](DType t, Generator& g) { return V{rnd({2, 4, 4, 4}, t, g), rnd({2, 3, 7, 7}, t, g)}; },
               runner<Conv2dBackwardWeight>({{{2, 2}, {1, 1}, {1, 1}, 1}, {4, 3, 3, 3}, true}), false, {}, {}}),
+    // Depthwise weight gradients where oneDNN's jit_dw declines (a spatial size below the filter's):
+    // reckon's direct sums (kernels/cpu/conv.cpp), with and without bias, strided.
+    Register({"conv2d_backward_weight", "depthwise 1x1 p1 with bias",
+              [](DType t, Generator& g) { return V{rnd({2, 32, 1, 1}, t, g), rnd({2, 32, 1, 1}, t, g)}; },
+              runner<Conv2dBackwardWeight>({{{1, 1}, {1, 1}, {1, 1}, 32}, {32, 1, 3, 3}, true}), false, {}, {}}),
+    Register({"conv2d_backward_weight", "depthwise 2x2 p1",
+              [](DType t, Generator& g) { return V{rnd({3, 16, 2, 2}, t, g), rnd({3, 16, 2, 2}, t, g)}; },
+              runner<Conv2dBackwardWeight>({{{1, 1}, {1, 1}, {1, 1}, 16}, {16, 1, 3, 3}, false}), false, {}, {}}),
+    Register({"conv2d_backward_weight", "depthwise 3x3 s2 p1 -> 2x2",
+              [](DType t, Generator& g) { return V{rnd({2, 16, 2, 2}, t, g), rnd({2, 16, 3, 3}, t, g)}; },
+              runner<Conv2dBackwardWeight>({{{2, 2}, {1, 1}, {1, 1}, 16}, {16, 1, 3, 3}, true}), false, {}, {}}),
     // fused ops (the inference engine's passes make them)
     Register({"conv2d_fused", "3x3 s1 p1 bias+relu6+sum+relu",
               [](DType t, Generator& g) {
