@@ -106,6 +106,75 @@ inline void lrn_scale(const float* px, const Ncs& g, int64_t n, int64_t c, int64
 }  // namespace
 
 namespace {
+// Batch norm's tensors as the kernels read them. The running stats are read in eval; in training
+// they are written in place (outputs 3 and 4 are them) when given.
+template <class T>
+struct BnForward {
+  BnForward(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a)
+      : x(in[0].data<T>()), w(opt(in[1])), b(opt(in[2])),
+        rm(a.training ? (out.size() > 3 ? out[3].data<float>() : nullptr) : in[3].data<float>()),
+        rv(a.training ? (out.size() > 3 ? out[4].data<float>() : nullptr) : in[4].data<float>()),
+        y(out[0].data<T>()), sm(a.training ? out[1].data<float>() : nullptr),
+        si(a.training ? out[2].data<float>() : nullptr) {}
+  const T* x;
+  const float *w, *b;
+  float *rm, *rv;
+  T* y;
+  float *sm, *si;  // training: the saved mean and 1/std
+};
+
+// Channel c's y = x * scale + shift. In training from its mean and v, the sum over its M values of
+// (x - float(mean))^2 (the saved statistics and the running ones written); in eval from the
+// running statistics (mean and v unused).
+template <class T>
+std::pair<float, float> channel_scale_shift(const BnForward<T>& p, int64_t c, const BatchNormAttrs& a, int64_t M,
+                                            double mean, double v) {
+  double invstd;
+  if (a.training) {
+    // The float mean's rounding shifts the sum of squares by M * (mean - float(mean))^2.
+    const double dm = mean - double(float(mean));
+    v -= double(M) * dm * dm;
+    invstd = 1.0 / std::sqrt(std::max(v, 0.0) / double(M) + a.eps);
+    p.sm[c] = float(mean);
+    p.si[c] = float(invstd);
+    if (p.rm) {
+      p.rm[c] = float((1.0 - a.momentum) * double(p.rm[c]) + a.momentum * mean);
+      p.rv[c] = float((1.0 - a.momentum) * double(p.rv[c]) + a.momentum * std::max(v, 0.0) / double(M - 1));
+    }
+  } else {
+    mean = double(p.rm[c]);
+    invstd = 1.0 / std::sqrt(double(p.rv[c]) + a.eps);
+  }
+  const double w = p.w ? double(p.w[c]) : 1.0, b = p.b ? double(p.b[c]) : 0.0;
+  return {float(invstd * w), float(b - mean * invstd * w)};
+}
+
+template <class T>
+struct BnBackward {
+  BnBackward(std::span<const Tensor> in, std::span<Tensor> out)
+      : dy(in[0].data<T>()), x(in[1].data<T>()), w(opt(in[2])), mean(in[3].data<float>()), var(in[4].data<float>()),
+        dx(out[0].data<T>()), dw(out[1].data<float>()), db(out[2].data<float>()) {}
+  const T *dy, *x;
+  const float *w, *mean, *var;  // var: the saved 1/std in training, the running variance in eval
+  T* dx;
+  float *dw, *db;
+};
+
+// Channel c's dx = (dy - gm - (x - mean) * k) * scale, from the sums over its M values of dy and of
+// dy * (x - mean); writes its weight and bias gradients.
+struct ChannelDx {
+  float scale, gm, k;
+};
+template <class T>
+ChannelDx channel_dx(const BnBackward<T>& p, int64_t c, const BatchNormAttrs& a, int64_t M, double sum_dy, double dot) {
+  const double invstd = a.training ? double(p.var[c]) : 1.0 / std::sqrt(double(p.var[c]) + a.eps);
+  const double w = p.w ? double(p.w[c]) : 1.0;
+  p.dw[c] = float(dot * invstd);
+  p.db[c] = float(sum_dy);
+  return {float(invstd * w), a.training ? float(sum_dy / double(M)) : 0.f,
+          a.training ? float(dot * invstd * invstd / double(M)) : 0.f};
+}
+
 // Batch norm over short rows (a sample's values of one channel: s = H x W below kShortRow, as in
 // mobilenet_v2's last blocks at 1x1 to 4x4): the per-channel loops would run a loop of s values
 // N x C times (960 channels at 1x1, batch 32: 2.5 ms a call, the step's largest layers). Here a
@@ -136,65 +205,36 @@ double channel_total(const double* acc, int64_t k, int64_t s) {
 }
 
 template <class T>
-void batch_norm2d_short(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
-  const Tensor& x = in[0];
-  const Ncs g = ncs(x);
+void batch_norm2d_short(const BnForward<T>& p, const Ncs& g, const BatchNormAttrs& a) {
   const int64_t M = g.n * g.s, cb = short_block_channels(g), blocks = (g.c + cb - 1) / cb;
-  const T* px = x.data<T>();
-  const float* pw = opt(in[1]);
-  const float* pb = opt(in[2]);
-  float* rm = a.training ? (out.size() > 3 ? out[3].data<float>() : nullptr) : in[3].data<float>();
-  float* rv = a.training ? (out.size() > 3 ? out[4].data<float>() : nullptr) : in[4].data<float>();
-  T* py = out[0].data<T>();
-  float* sm = a.training ? out[1].data<float>() : nullptr;
-  float* si = a.training ? out[2].data<float>() : nullptr;
-#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+#pragma omp parallel for schedule(static) if (g.n * g.c * g.s > kParallelMin)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * cb, c1 = std::min(g.c, c0 + cb), L = (c1 - c0) * g.s;
-    std::vector<double> acc(static_cast<size_t>(L));
+    std::vector<double> acc(static_cast<size_t>(L)), mean(static_cast<size_t>(c1 - c0));
     std::vector<float> mean_at(static_cast<size_t>(L)), scale_at(static_cast<size_t>(L)), shift_at(static_cast<size_t>(L));
-    std::vector<double> mean(size_t(c1 - c0)), invstd(size_t(c1 - c0));
     if (a.training) {
-      sum_over_samples(px, g, c0, L, acc.data(), [](float v, int64_t) { return v; });
+      sum_over_samples(p.x, g, c0, L, acc.data(), [](float v, int64_t) { return v; });
       for (int64_t k = 0; k < c1 - c0; ++k) {
         mean[size_t(k)] = channel_total(acc.data(), k, g.s) / double(M);
         std::fill_n(mean_at.data() + k * g.s, g.s, float(mean[size_t(k)]));
       }
       const float* mf = mean_at.data();
-      sum_over_samples(px, g, c0, L, acc.data(), [mf](float v, int64_t j) {
+      sum_over_samples(p.x, g, c0, L, acc.data(), [mf](float v, int64_t j) {
         const float d = v - mf[j];
         return d * d;
       });
-      for (int64_t k = 0; k < c1 - c0; ++k) {
-        const int64_t c = c0 + k;
-        double v = channel_total(acc.data(), k, g.s);
-        const double dm = mean[size_t(k)] - double(float(mean[size_t(k)]));  // as in batch_norm2d
-        v -= double(M) * dm * dm;
-        invstd[size_t(k)] = 1.0 / std::sqrt(std::max(v, 0.0) / double(M) + a.eps);
-        sm[c] = float(mean[size_t(k)]);
-        si[c] = float(invstd[size_t(k)]);
-        if (rm) {
-          rm[c] = float((1.0 - a.momentum) * double(rm[c]) + a.momentum * mean[size_t(k)]);
-          rv[c] = float((1.0 - a.momentum) * double(rv[c]) + a.momentum * std::max(v, 0.0) / double(M - 1));
-        }
-      }
-    } else {
-      for (int64_t k = 0; k < c1 - c0; ++k) {
-        mean[size_t(k)] = double(rm[c0 + k]);
-        invstd[size_t(k)] = 1.0 / std::sqrt(double(rv[c0 + k]) + a.eps);
-      }
     }
     for (int64_t k = 0; k < c1 - c0; ++k) {
-      const int64_t c = c0 + k;
-      const double w = pw ? double(pw[c]) : 1.0, b = pb ? double(pb[c]) : 0.0;
-      std::fill_n(scale_at.data() + k * g.s, g.s, float(invstd[size_t(k)] * w));
-      std::fill_n(shift_at.data() + k * g.s, g.s, float(b - mean[size_t(k)] * invstd[size_t(k)] * w));
+      const auto [scale, shift] = channel_scale_shift(p, c0 + k, a, M, mean[size_t(k)],
+                                                      a.training ? channel_total(acc.data(), k, g.s) : 0.0);
+      std::fill_n(scale_at.data() + k * g.s, g.s, scale);
+      std::fill_n(shift_at.data() + k * g.s, g.s, shift);
     }
     const float *sc = scale_at.data(), *sh = shift_at.data();
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c0) * g.s;
-      const T* xr = px + base;
-      T* yr = py + base;
+      const T* xr = p.x + base;
+      T* yr = p.y + base;
 #pragma omp simd
       for (int64_t j = 0; j < L; ++j) yr[j] = store<T>(load(xr[j]) * sc[j] + sh[j]);
     }
@@ -202,29 +242,20 @@ void batch_norm2d_short(std::span<const Tensor> in, std::span<Tensor> out, const
 }
 
 template <class T>
-void batch_norm2d_backward_short(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
-  const Tensor &dy = in[0], &x = in[1];
-  const Ncs g = ncs(x);
+void batch_norm2d_backward_short(const BnBackward<T>& p, const Ncs& g, const BatchNormAttrs& a) {
   const int64_t M = g.n * g.s, cb = short_block_channels(g), blocks = (g.c + cb - 1) / cb;
-  const T* pdy = dy.data<T>();
-  const T* px = x.data<T>();
-  const float* pw = opt(in[2]);
-  const float* pm = in[3].data<float>();
-  const float* pv = in[4].data<float>();
-  T* pdx = out[0].data<T>();
-  float* pdw = out[1].data<float>();
-  float* pdb = out[2].data<float>();
-#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+#pragma omp parallel for schedule(static) if (g.n * g.c * g.s > kParallelMin)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * cb, c1 = std::min(g.c, c0 + cb), L = (c1 - c0) * g.s;
-    std::vector<double> acc_dy(size_t(L), 0.0), acc_dot(size_t(L), 0.0);
-    std::vector<float> mean_at(static_cast<size_t>(L)), gm_at(static_cast<size_t>(L)), k_at(static_cast<size_t>(L)), scale_at(static_cast<size_t>(L));
-    for (int64_t k = 0; k < c1 - c0; ++k) std::fill_n(mean_at.data() + k * g.s, g.s, pm[c0 + k]);
+    std::vector<double> acc_dy(static_cast<size_t>(L), 0.0), acc_dot(static_cast<size_t>(L), 0.0);
+    std::vector<float> mean_at(static_cast<size_t>(L)), gm_at(static_cast<size_t>(L)), k_at(static_cast<size_t>(L)),
+        scale_at(static_cast<size_t>(L));
+    for (int64_t k = 0; k < c1 - c0; ++k) std::fill_n(mean_at.data() + k * g.s, g.s, p.mean[c0 + k]);
     const float* mf = mean_at.data();
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c0) * g.s;
-      const T* dr = pdy + base;
-      const T* xr = px + base;
+      const T* dr = p.dy + base;
+      const T* xr = p.x + base;
       double* ad = acc_dy.data();
       double* ax = acc_dot.data();
 #pragma omp simd
@@ -235,22 +266,18 @@ void batch_norm2d_backward_short(std::span<const Tensor> in, std::span<Tensor> o
       }
     }
     for (int64_t k = 0; k < c1 - c0; ++k) {
-      const int64_t c = c0 + k;
-      const double invstd = a.training ? double(pv[c]) : 1.0 / std::sqrt(double(pv[c]) + a.eps);
-      const double sum_dy = channel_total(acc_dy.data(), k, g.s), dot = channel_total(acc_dot.data(), k, g.s);
-      const double w = pw ? double(pw[c]) : 1.0;
-      pdw[c] = float(dot * invstd);
-      pdb[c] = float(sum_dy);
-      std::fill_n(scale_at.data() + k * g.s, g.s, float(invstd * w));
-      std::fill_n(gm_at.data() + k * g.s, g.s, a.training ? float(sum_dy / double(M)) : 0.f);
-      std::fill_n(k_at.data() + k * g.s, g.s, a.training ? float(dot * invstd * invstd / double(M)) : 0.f);
+      const ChannelDx cd = channel_dx(p, c0 + k, a, M, channel_total(acc_dy.data(), k, g.s),
+                                      channel_total(acc_dot.data(), k, g.s));
+      std::fill_n(scale_at.data() + k * g.s, g.s, cd.scale);
+      std::fill_n(gm_at.data() + k * g.s, g.s, cd.gm);
+      std::fill_n(k_at.data() + k * g.s, g.s, cd.k);
     }
     const float *sc = scale_at.data(), *gm = gm_at.data(), *kk = k_at.data();
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c0) * g.s;
-      const T* dr = pdy + base;
-      const T* xr = px + base;
-      T* o = pdx + base;
+      const T* dr = p.dy + base;
+      const T* xr = p.x + base;
+      T* o = p.dx + base;
 #pragma omp simd
       for (int64_t j = 0; j < L; ++j) o[j] = store<T>((load(dr[j]) - gm[j] - (load(xr[j]) - mf[j]) * kk[j]) * sc[j]);
     }
@@ -259,49 +286,26 @@ void batch_norm2d_backward_short(std::span<const Tensor> in, std::span<Tensor> o
 
 template <class T>
 void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
-  const Tensor& x = in[0];
-  const Ncs g = ncs(x);
-  if (g.s < kShortRow) return batch_norm2d_short<T>(in, out, a);
+  const Ncs g = ncs(in[0]);
+  const BnForward<T> p(in, out, a);
+  if (g.s < kShortRow) return batch_norm2d_short<T>(p, g, a);
   const int64_t M = g.n * g.s;
-  const T* px = x.data<T>();
-  const float* pw = opt(in[1]);
-  const float* pb = opt(in[2]);
-  // The running stats: read in eval; in training written in place (outputs 3 and 4 are them).
-  float* rm = a.training ? (out.size() > 3 ? out[3].data<float>() : nullptr) : in[3].data<float>();
-  float* rv = a.training ? (out.size() > 3 ? out[4].data<float>() : nullptr) : in[4].data<float>();
-  T* py = out[0].data<T>();
-  float* sm = a.training ? out[1].data<float>() : nullptr;
-  float* si = a.training ? out[2].data<float>() : nullptr;
-#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+#pragma omp parallel for schedule(static) if (g.n * g.c * g.s > kParallelMin)
   for (int64_t c = 0; c < g.c; ++c) {
-    double mean, invstd;
+    double mean = 0, v = 0;
     if (a.training) {
-      mean = channel_sum(g, c, [&](int64_t k) { return load(px[k]); }) / double(M);
+      mean = channel_sum(g, c, [&](int64_t k) { return load(p.x[k]); }) / double(M);
       const float mf = float(mean);
-      double v = channel_sum(g, c, [&](int64_t k) {
-        float d = load(px[k]) - mf;
+      v = channel_sum(g, c, [&](int64_t k) {
+        float d = load(p.x[k]) - mf;
         return d * d;
       });
-      // The float mean's rounding shifts the sum of squares by M * (mean - mf)^2.
-      double dm = mean - double(mf);
-      v -= double(M) * dm * dm;
-      invstd = 1.0 / std::sqrt(std::max(v, 0.0) / double(M) + a.eps);
-      sm[c] = float(mean);
-      si[c] = float(invstd);
-      if (rm) {
-        rm[c] = float((1.0 - a.momentum) * double(rm[c]) + a.momentum * mean);
-        rv[c] = float((1.0 - a.momentum) * double(rv[c]) + a.momentum * std::max(v, 0.0) / double(M - 1));
-      }
-    } else {
-      mean = double(rm[c]);
-      invstd = 1.0 / std::sqrt(double(rv[c]) + a.eps);
     }
-    const double w = pw ? double(pw[c]) : 1.0, b = pb ? double(pb[c]) : 0.0;
-    const float scale = float(invstd * w), shift = float(b - mean * invstd * w);
+    const auto [scale, shift] = channel_scale_shift(p, c, a, M, mean, v);
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const T* xr = px + base;
-      T* yr = py + base;
+      const T* xr = p.x + base;
+      T* yr = p.y + base;
 #pragma omp simd
       for (int64_t i = 0; i < g.s; ++i) yr[i] = store<T>(load(xr[i]) * scale + shift);
     }
@@ -319,44 +323,29 @@ Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tenso
 namespace {
 template <class T>
 void batch_norm2d_backward(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
-  const Tensor &dy = in[0], &x = in[1];
-  const Ncs g = ncs(x);
-  if (g.s < kShortRow) return batch_norm2d_backward_short<T>(in, out, a);
+  const Ncs g = ncs(in[1]);
+  const BnBackward<T> p(in, out);
+  if (g.s < kShortRow) return batch_norm2d_backward_short<T>(p, g, a);
   const int64_t M = g.n * g.s;
-  const T* pdy = dy.data<T>();
-  const T* px = x.data<T>();
-  const float* pw = opt(in[2]);
-  const float* pm = in[3].data<float>();
-  const float* pv = in[4].data<float>();
-  T* pdx = out[0].data<T>();
-  float* pdw = out[1].data<float>();
-  float* pdb = out[2].data<float>();
-#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+#pragma omp parallel for schedule(static) if (g.n * g.c * g.s > kParallelMin)
   for (int64_t c = 0; c < g.c; ++c) {
-    const float mean = pm[c];
-    const double invstd = a.training ? double(pv[c]) : 1.0 / std::sqrt(double(pv[c]) + a.eps);
+    const float mean = p.mean[c];
     double sum_dy = 0, dot = 0;
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const T* dr = pdy + base;
-      const T* xr = px + base;
+      const T* dr = p.dy + base;
+      const T* xr = p.x + base;
       sum_dy += double(lowp::sum16(g.s, [&](int64_t i) { return load(dr[i]); }));
       dot += double(lowp::sum16(g.s, [&](int64_t i) { return load(dr[i]) * (load(xr[i]) - mean); }));
     }
-    const double w = pw ? double(pw[c]) : 1.0;
-    pdw[c] = float(dot * invstd);
-    pdb[c] = float(sum_dy);
-    // dx = (dy - gm - (x - mean) * k) * scale
-    const float scale = float(invstd * w);
-    const float gm = a.training ? float(sum_dy / double(M)) : 0.f;
-    const float k = a.training ? float(dot * invstd * invstd / double(M)) : 0.f;
+    const ChannelDx cd = channel_dx(p, c, a, M, sum_dy, dot);
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
-      const T* dr = pdy + base;
-      const T* xr = px + base;
-      T* o = pdx + base;
+      const T* dr = p.dy + base;
+      const T* xr = p.x + base;
+      T* o = p.dx + base;
 #pragma omp simd
-      for (int64_t i = 0; i < g.s; ++i) o[i] = store<T>((load(dr[i]) - gm - (load(xr[i]) - mean) * k) * scale);
+      for (int64_t i = 0; i < g.s; ++i) o[i] = store<T>((load(dr[i]) - cd.gm - (load(xr[i]) - mean) * cd.k) * cd.scale);
     }
   }
 }
