@@ -220,11 +220,6 @@ std::string op_precision(const LedgerOp& r) {
   return "fp32";
 }
 
-// Warm-up steps before the observed one: the optimizer's state then exists, and the allocator's
-// cache holds the blocks a long run keeps. (A request may take a cached block of a larger class,
-// so a second step can map a block the first did not; the blocks stop changing within a few
-// steps: alexnet at batch 64 maps 2.4 MiB more in its second and third.) The meta device and
-// the measured run take the same steps.
 // A batch of `n` samples shaped like x, as the loader makes them (input-tagged; zeros on the cpu,
 // so that a measured evaluation reads valid labels).
 std::pair<Tensor, Tensor> loader_batch(Device d, const Shape& sample_of, int64_t n) {
@@ -235,17 +230,37 @@ std::pair<Tensor, Tensor> loader_batch(Device d, const Shape& sample_of, int64_t
   return {Tensor::zeros(s, DType::f32, d), Tensor::zeros({n}, DType::i64, d)};
 }
 
-// Steps until the allocator's blocks stop changing.
-void steps_until_stable(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
-                        const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
+// Runs `one` (a step, an evaluation batch) until the allocator's blocks stop changing, 8 times at
+// most. (A request may take a cached block of a larger class, so a second run can map a block the
+// first did not; the blocks stop changing within a few: alexnet at batch 64 maps 2.4 MiB more in
+// its second and third steps.)
+template <class F>
+void until_blocks_stable(Device d, F&& one) {
   for (int i = 0, same = 0; i < 8 && !same; ++i) {
     const HostMemory before = host_memory(d);
-    train_step(model, opt, scaler, cfg, x, y);
-    opt.zero_grad();
+    one();
     const HostMemory after = host_memory(d);
     same = i > 0 && after.mapped_bytes == before.mapped_bytes && after.resident_bytes == before.resident_bytes &&
            after.small_held_bytes == before.small_held_bytes;
   }
+}
+
+void steps_until_stable(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
+                        const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
+  until_blocks_stable(d, [&] {
+    train_step(model, opt, scaler, cfg, x, y);
+    opt.zero_grad();
+  });
+}
+
+// One evaluation batch as train::evaluate runs it: no gradients, the run's autocast, the loss
+// summed, the logits read as f32 (train::count_correct).
+void eval_forward(nn::Module& model, const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
+  NoGrad ng;
+  Autocast ac(precision_dtype(cfg.precision));
+  Tensor logits = model(x);
+  Tensor loss = cross_entropy(logits, y, {.reduction = Reduction::sum});
+  Tensor scores = contiguous(cast(logits, DType::f32));
 }
 
 // The evaluation between epochs as train::evaluate runs it: eval mode, no gradients, the run's
@@ -259,25 +274,13 @@ void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape
   model.eval();
   std::vector<std::pair<Tensor, Tensor>> batches;
   for (int i = 0; i < cfg.loader_batches; ++i) batches.push_back(loader_batch(d, x_shape, cfg.eval_batch));
-  for (int i = 0, same = 0; i < 8 && !same; ++i) {
-    const HostMemory before = host_memory(d);
+  until_blocks_stable(d, [&] {
     auto [x, y] = loader_batch(d, x_shape, cfg.eval_batch);  // the loader's next, the oldest freed
-    NoGrad ng;
-    Autocast ac(precision_dtype(cfg.precision));
-    Tensor logits = model(x);
-    Tensor loss = cross_entropy(logits, y, {.reduction = Reduction::sum});
-    Tensor scores = contiguous(cast(logits, DType::f32));  // what train::count_correct reads
-    const HostMemory after = host_memory(d);
-    same = i > 0 && after.mapped_bytes == before.mapped_bytes && after.resident_bytes == before.resident_bytes &&
-           after.small_held_bytes == before.small_held_bytes;
-  }
+    eval_forward(model, cfg, x, y);
+  });
   if (cfg.eval_last_batch > 0) {  // the split's last, shorter batch: blocks of its own sizes
     auto [x, y] = loader_batch(d, x_shape, cfg.eval_last_batch);
-    NoGrad ng;
-    Autocast ac(precision_dtype(cfg.precision));
-    Tensor logits = model(x);
-    Tensor loss = cross_entropy(logits, y, {.reduction = Reduction::sum});
-    Tensor scores = contiguous(cast(logits, DType::f32));
+    eval_forward(model, cfg, x, y);
   }
   batches.clear();
   model.train();
@@ -288,13 +291,17 @@ void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape
 // cache holds the blocks a long run keeps; with the run around the step (the config's
 // loader_batches, last_batch and eval_batch), an epoch's end and evaluation too, in the
 // trainer's order. Returns the loader's batches, to be kept alive over the observed step.
+// The meta device and the measured run take the same steps.
 std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,
                             const LedgerConfig& cfg, const Tensor& x, const Tensor& y) {
   std::vector<Tensor> held;
-  for (int i = 0; i < cfg.loader_batches; ++i) {
-    auto [bx, by] = loader_batch(d, x.shape(), x.size(0));
-    held.push_back(bx), held.push_back(by);
-  }
+  auto prefetch = [&] {  // the loader's batches prepared ahead of the step's
+    for (int i = 0; i < cfg.loader_batches; ++i) {
+      auto [bx, by] = loader_batch(d, x.shape(), x.size(0));
+      held.push_back(bx), held.push_back(by);
+    }
+  };
+  prefetch();
   steps_until_stable(d, model, opt, scaler, cfg, x, y);
   if (cfg.last_batch > 0 || cfg.eval_batch > 0) {
     // The epoch's end: the loader has nothing prepared; the trainer still holds its last batch
@@ -308,10 +315,7 @@ std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, 
     }
     if (cfg.eval_batch > 0) eval_pass(d, model, cfg, x.shape());
     lx = ly = Tensor();
-    for (int i = 0; i < cfg.loader_batches; ++i) {  // the next epoch's prefetch
-      auto [bx, by] = loader_batch(d, x.shape(), x.size(0));
-      held.push_back(bx), held.push_back(by);
-    }
+    prefetch();  // the next epoch's
     steps_until_stable(d, model, opt, scaler, cfg, x, y);
   }
   return held;
