@@ -455,6 +455,10 @@ std::string version_text() {
 
 std::optional<DeviceSpec> cached_cpu_spec() { return read_cache(); }
 
+bool cpu_calibration_settled(const std::optional<DeviceSpec>& c) {
+  return c && (!c->under_load || c->attempts >= kCalibrationAttempts);
+}
+
 DeviceSpec device_spec(const std::string& name) {
   std::string key = lower(name);
   if (key == "a100-40gb") key = "a100";
@@ -463,7 +467,7 @@ DeviceSpec device_spec(const std::string& name) {
     if (!g_cpu) {
       // A quiet entry is used; one made under load is taken again, until the attempts are spent.
       std::optional<DeviceSpec> c = read_cache();
-      g_cpu = c && (!c->under_load || c->attempts >= kCalibrationAttempts) ? *c : keep_and_cache(c, calibrate_cpu());
+      g_cpu = cpu_calibration_settled(c) ? *c : keep_and_cache(c, calibrate_cpu());
     }
     return *g_cpu;
   }

@@ -114,6 +114,9 @@ std::string version_text();
 // thread count, made by these versions; nothing otherwise (a missing, damaged, outdated or hostile
 // file is never an error: the next device_spec("cpu") calibrates again and rewrites it).
 std::optional<DeviceSpec> cached_cpu_spec();
+// Whether device_spec("cpu") takes this cached entry as it is: a quiet one, or one made under load
+// whose attempts are spent (else it calibrates again).
+bool cpu_calibration_settled(const std::optional<DeviceSpec>& cached);
 // Drops this process's cached cpu entry so the next device_spec("cpu") calibrates again (and
 // rewrites the cache file).
 void forget_cpu_calibration();

@@ -105,6 +105,11 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// `reckon ledger ARGS` as a child at this process's thread count, stopped after 600 s.
+std::string ledger_command(const std::string& bin, const std::string& args) {
+  return fmt::format("OMP_NUM_THREADS={} timeout 600 {} ledger {}", omp_get_max_threads(), shell_quote(bin), args);
+}
+
 // The probes: small steps whose ops cover the zoo's families (reckon's own small convolutions,
 // oneDNN's direct, Winograd, depthwise and 1x1 ones, batch norm, pooling, the residual add, bf16
 // autocast and AdamW).
@@ -118,10 +123,9 @@ constexpr const char* kProbes[] = {
 
 // Runs one probe; nullopt with why in `why`.
 std::optional<ProcessProbe> probe(const std::string& bin, const char* args, std::string& why) {
-  const std::string cmd = fmt::format(
-      "RECKON_PROCESS_PROBE=1 OMP_NUM_THREADS={} timeout 600 {} ledger {} --measure --measure-steps 1 --json "
-      "2>/dev/null </dev/null",
-      omp_get_max_threads(), shell_quote(bin), args);
+  const std::string cmd = "RECKON_PROCESS_PROBE=1 " +
+                          ledger_command(bin, fmt::format("{} --measure --measure-steps 1 --json", args)) +
+                          " 2>/dev/null </dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     why = fmt::format("could not start {}: {}", bin, std::strerror(errno));
@@ -217,14 +221,10 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
 void calibrate_cpu_in_child() {
   const std::string bin = reckon_cli();
   if (bin.empty()) return;
-  // device_spec("cpu") takes a quiet entry, or one whose attempts are spent; an entry made under
-  // load is made again, as many times as device_spec would.
+  // An entry made under load is made again, as many times as device_spec would.
   for (int i = 0; i < kCalibrationAttempts; ++i) {
-    const std::optional<DeviceSpec> c = cached_cpu_spec();
-    if (c && (!c->under_load || c->attempts >= kCalibrationAttempts)) return;
-    const std::string cmd = fmt::format(
-        "OMP_NUM_THREADS={} timeout 600 {} ledger lenet5 --batch 1 >/dev/null 2>&1 </dev/null", omp_get_max_threads(),
-        shell_quote(bin));
+    if (cpu_calibration_settled(cached_cpu_spec())) return;
+    const std::string cmd = ledger_command(bin, "lenet5 --batch 1") + " >/dev/null 2>&1 </dev/null";
     if (std::system(cmd.c_str()) != 0) return;  // device_spec calibrates here
   }
 }
