@@ -46,19 +46,19 @@ BatchEngines::~BatchEngines() = default;
 // an eval-mode forward, so the padding changes nothing in the rows kept.
 Tensor BatchEngines::run(const Tensor& x) {
   const int64_t n = x.size(0);
+  // An engine for this batch: the capture runs the forward eagerly at it, and its freed blocks are
+  // of no use to the engine's arena (one block of another size): handed back before it is mapped.
+  auto build = [&] {
+    engine::Program p = engine::make_program(model_, x.shape());
+    host_memory_trim(x.device());
+    engines_.emplace_back(n, std::make_unique<engine::Engine>(std::move(p)));
+    return engines_.back().second.get();
+  };
   engine::Engine* best = nullptr;
   int64_t best_batch = 0;
   for (auto& [b, e] : engines_)
     if (b >= n && (!best || b < best_batch)) best = e.get(), best_batch = b;
-  if (!best) {
-    engine::Program p = engine::make_program(model_, x.shape());
-    // The capture ran the forward eagerly at this batch; its freed blocks are of no use to the
-    // engine's arena (one block of another size): handed back before the arena is mapped.
-    host_memory_trim(x.device());
-    engines_.emplace_back(n, std::make_unique<engine::Engine>(std::move(p)));
-    best = engines_.back().second.get();
-    best_batch = n;
-  }
+  if (!best) return build()->run(x);
   if (best_batch == n) return best->run(x);
   Shape padded_shape = x.shape();
   padded_shape[0] = best_batch;
@@ -66,9 +66,7 @@ Tensor BatchEngines::run(const Tensor& x) {
   copy_(narrow(padded, 0, 0, n), x);
   const Tensor y = best->run(padded);
   if (y.dim() > 0 && y.size(0) == best_batch) return contiguous(narrow(y, 0, 0, n));
-  // An output that does not lead with the batch (an .onnx graph's own): an engine at this batch.
-  engines_.emplace_back(n, std::make_unique<engine::Engine>(engine::make_program(model_, x.shape())));
-  return engines_.back().second->run(x);
+  return build()->run(x);  // an output that does not lead with the batch (an .onnx graph's own)
 }
 
 std::optional<StoredNormalize> checkpoint_normalization(const io::Checkpoint& ck, int64_t channels,
