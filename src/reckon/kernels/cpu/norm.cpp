@@ -301,7 +301,9 @@ void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const Batch
         return d * d;
       });
     }
-    const auto [scale, shift] = channel_scale_shift(p, c, a, M, mean, v);
+    // (Plain floats, not a structured binding: clang's OpenMP cannot capture one in the simd loop.)
+    const std::pair<float, float> ss = channel_scale_shift(p, c, a, M, mean, v);
+    const float scale = ss.first, shift = ss.second;
     for (int64_t n = 0; n < g.n; ++n) {
       const int64_t base = (n * g.c + c) * g.s;
       const T* xr = p.x + base;
