@@ -18,6 +18,7 @@
 
 #include "reckon/ledger/devices.h"
 #include "reckon/ledger/ledger.h"
+#include "reckon/ledger/time_model.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/conv.h"
 #include "reckon/ops/functional.h"
@@ -527,8 +528,126 @@ TEST(Ledger, DeviceCatalog) {
   EXPECT_TRUE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e.erase("engine_step_overhead_us"); });
   EXPECT_FALSE(cached_cpu_spec().has_value());
+  // The op families' lines read back as written; an entry without them, or with a line no
+  // calibration makes (a scale of 0), is not used.
+  edit_entry([&](json& e) { e["engine_step_overhead_us"] = cpu.engine_step_overhead_s * 1e6; });
+  ASSERT_TRUE(cached_cpu_spec().has_value());
+  ASSERT_FALSE(cpu.op_families.empty());
+  EXPECT_EQ(cached_cpu_spec()->op_families.size(), cpu.op_families.size());
+  for (const auto& [k, f] : cpu.op_families) {
+    SCOPED_TRACE(k);
+    const FamilyTime& g = cached_cpu_spec()->op_families.at(k);
+    EXPECT_NEAR(g.fixed_s, f.fixed_s, 1e-9 + 1e-6 * f.fixed_s);
+    EXPECT_NEAR(g.scale, f.scale, 1e-6 * f.scale);
+    EXPECT_EQ(g.samples, f.samples);
+    break;  // one is enough to see the format; the size check covers the rest
+  }
+  edit_entry([&](json& e) { e["op_families"].begin().value()["scale"] = 0.0; });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e.erase("op_families"); });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
   std::filesystem::remove_all(dir);
   forget_cpu_calibration();  // (RECKON_CACHE_DIR is put back as this test ends)
+}
+
+// ---- the time model per op family (issue 15) ----
+
+namespace {
+FamilySample sample(double roofline_s, double measured_s) {
+  FamilySample s;
+  s.op = "relu";
+  s.precision = "fp32";
+  s.roofline_s = roofline_s;
+  s.measured_s = measured_s;
+  return s;
+}
+}  // namespace
+
+// The fit recovers a line it was given, and keeps to its bounds where the samples pull elsewhere.
+TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
+  std::vector<FamilySample> line;
+  for (double x : {1e-6, 5e-6, 2e-5, 1e-4, 1e-3}) line.push_back(sample(x, 20e-6 + 1.7 * x));
+  FamilyTime f = fit_family(line, 1e-6);
+  EXPECT_NEAR(f.fixed_s, 20e-6, 1e-9);
+  EXPECT_NEAR(f.scale, 1.7, 1e-6);
+  EXPECT_EQ(f.samples, 5);
+  // Faster than a fixed cost allows (a negative intercept): through the origin.
+  f = fit_family({sample(1e-4, 0.5e-4), sample(1e-3, 0.9e-3)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.fixed_s, 0.0);
+  EXPECT_GT(f.scale, 0.5);
+  EXPECT_LT(f.scale, 0.9);
+  // A slope below the floor (the samples sat in the caches): the floor, the fixed cost refitted.
+  f = fit_family({sample(1e-5, 30e-6), sample(1e-4, 40e-6)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
+  EXPECT_GT(f.fixed_s, 0.0);
+  // One roofline time: the fixed cost is the default (at most half the time), the scale the rest.
+  f = fit_family({sample(1e-4, 3e-4), sample(1e-4, 3e-4)}, 10e-6);
+  EXPECT_DOUBLE_EQ(f.fixed_s, 10e-6);
+  EXPECT_NEAR(f.scale, (3e-4 - 10e-6) / 1e-4, 1e-9);
+  // No roofline time at all (a view): a fixed cost only.
+  f = fit_family({sample(0, 4e-6), sample(0, 4e-6)}, 1e-6);
+  EXPECT_NEAR(f.fixed_s, 4e-6, 1e-12);
+  // op_time takes the most specific line there is.
+  DeviceSpec d = device_spec("h100");
+  d.op_families["conv2d [fp32] wide"] = {1e-3, 2.0, 3};
+  d.op_families["conv2d [fp32]"] = {2e-3, 3.0, 9};
+  const double flops = 67e12 * 1e-3;  // 1 ms at the h100's fp32 peak
+  OpTime t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 256, flops, 0);
+  EXPECT_STREQ(t.source, "op");
+  EXPECT_NEAR(t.total_s, 1e-3 + 2.0 * 1e-3, 1e-12);
+  d.op_families["conv2d | jit:avx512_core [fp32] wide"] = {0, 1.5, 3};
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 256, flops, 0);
+  EXPECT_STREQ(t.source, "family");
+  EXPECT_NEAR(t.total_s, 1.5e-3, 1e-12);
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 8, flops, 0);  // narrow: the op's own line
+  EXPECT_NEAR(t.total_s, 2e-3 + 3.0 * 1e-3, 1e-12);
+  t = op_time(d, "relu", "", "fp32", 0, 0, 3.35e12 * 1e-3);  // no line: roofline + overhead
+  EXPECT_STREQ(t.source, "roofline");
+  EXPECT_NEAR(t.total_s, 1e-3 + d.op_overhead_s, 1e-12);
+  EXPECT_EQ(time_family("conv2d", "jit_dw:avx512_core", "bf16", 1), "conv2d | jit_dw:avx512_core [bf16] few");
+  EXPECT_EQ(time_family("relu", "", "fp32", 0), "relu [fp32]");
+  EXPECT_EQ(conv_width("conv2d", {{8, 3, 32, 32}, {64, 3, 7, 7}}, {}), 3);
+  EXPECT_EQ(conv_width("conv2d_backward_weight", {}, {{128, 64, 3, 3}}), 64);
+  EXPECT_EQ(conv_width("linear", {{8, 3}, {4, 3}}, {}), 0);
+}
+
+// Every op of the zoo's training steps, in fp32 and bf16, with SGD and AdamW, is timed on the cpu
+// by a line the calibration fitted (its family's or its op's), none by the bare roofline; and most
+// by their own family's. The step's parts add up.
+TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
+  const DeviceSpec cpu = device_spec("cpu");
+  ASSERT_FALSE(cpu.op_families.empty());
+  for (const auto& [k, f] : cpu.op_families) {
+    SCOPED_TRACE(k);
+    EXPECT_GE(f.fixed_s, 0.0);
+    EXPECT_GE(f.scale, kMinFamilyScale);
+    EXPECT_GE(f.samples, 1);
+  }
+  struct Case {
+    const char* model;
+    Shape input;
+  };
+  for (const Case& c : {Case{"lenet5", {}}, Case{"tinycnn", {}}, Case{"resnet18_cifar", {}},
+                        Case{"mobilenet_v2", {3, 64, 64}}, Case{"alexnet", {}},
+                        Case{"alexnet_tv", {3, 96, 96}}, Case{"vgg11", {3, 32, 32}}, Case{"resnet50", {3, 64, 64}}})
+    for (const char* precision : {"fp32", "bf16"})
+      for (const char* optimizer : {"sgd", "adamw"}) {
+        SCOPED_TRACE(fmt::format("{} {} {} {}", c.model, shape_str(c.input), precision, optimizer));
+        LedgerConfig cfg = config(4);
+        cfg.precision = precision;
+        cfg.optimizer = optimizer;
+        if (!c.input.empty()) cfg.input = c.input;
+        Ledger l = ledger(c.model, cfg);
+        const LedgerTime* t = nullptr;
+        for (const auto& x : l.times)
+          if (x.device.name == "cpu") t = &x;
+        ASSERT_NE(t, nullptr);
+        EXPECT_EQ(t->roofline_ops, 0) << fmt::format("{}", fmt::join(t->roofline_families, ", "));
+        EXPECT_EQ(t->family_line_ops + t->op_line_ops, l.totals.num_ops);
+        EXPECT_GT(t->family_line_ops, t->op_line_ops);
+        EXPECT_NEAR(t->step_s, t->compute_s + t->memory_s + t->overhead_s, 1e-12);
+        EXPECT_GT(t->overhead_s, 0.0);
+      }
 }
 
 // ---- the process's memory (issue 15) ----

@@ -246,7 +246,8 @@ TEST(Plan, DirectConvolutionsFollowARungThatWinogradsWorkspaceKeepsOut) {
   EXPECT_TRUE(p.ladder[1].fits);
   EXPECT_EQ(p.ladder[1].peak_bytes, with_direct.memory.peak_bytes);
   EXPECT_DOUBLE_EQ(p.ladder[1].step_s, with_direct.times.front().step_s);
-  EXPECT_GT(p.ladder[1].step_s, p.ladder[0].step_s) << "direct is predicted slower (Winograd's calibrated speedup)";
+  // (Which is faster is the time model's call, per op family: tinycnn's narrow convolutions
+  // measured the same either way here, 28.1 to 28.6 ms a step with Winograd, 27.3 to 28.8 direct.)
   // The default-algorithm walk goes on below it (a smaller micro-batch may be faster), and the
   // choice is the fastest that fits, whichever algorithm.
   EXPECT_TRUE(std::any_of(p.ladder.begin(), p.ladder.end(),

@@ -22,6 +22,7 @@
 
 #include "reckon/core/cpu_load.h"
 #include "reckon/core/cuda.h"
+#include "reckon/ledger/time_model.h"
 #include "reckon/engine/engine.h"
 #include "reckon/nn/module.h"
 #include "reckon/onnx/export.h"
@@ -105,7 +106,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 3;
+constexpr int kCalibrationFormat = 4;  // 4: the op families (time_model.h)
 
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 
@@ -166,6 +167,13 @@ std::optional<DeviceSpec> read_cache() {
         !(d.spread >= 0 && d.spread < 1e6))
       return std::nullopt;
     d.attempts = int(attempts);
+    for (const auto& [k, v] : e.at("op_families").items()) {  // absent before format 4: calibrate again
+      FamilyTime f{v.at("fixed_us").get<double>() * 1e-6, v.at("scale").get<double>(), v.at("samples").get<int>()};
+      if (!(f.fixed_s >= 0 && f.fixed_s < 1) || !(f.scale >= kMinFamilyScale && f.scale < 1e6) || f.samples < 1)
+        return std::nullopt;
+      d.op_families[k] = f;
+    }
+    if (d.op_families.empty()) return std::nullopt;
     d.source = cpu_source(d);
     if (e.at("versions").get<std::string>() != calibration_versions()) return std::nullopt;  // made by another build
     if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1 ||
@@ -192,6 +200,9 @@ void write_cache(const DeviceSpec& d) {
   }
   if (!j.is_object()) j = json::object();
   j["version"] = 1;
+  json families = json::object();
+  for (const auto& [k, f] : d.op_families)
+    families[k] = {{"fixed_us", f.fixed_s * 1e6}, {"scale", f.scale}, {"samples", f.samples}};
   j["cpus"][cache_key()] = {{"description", d.description},
                             {"calibrated_at", d.calibrated_at},
                             {"fp32_gflops", d.fp32_flops / kG},
@@ -205,6 +216,7 @@ void write_cache(const DeviceSpec& d) {
                             {"spread", d.spread},
                             {"under_load", d.under_load},
                             {"attempts", d.attempts},
+                            {"op_families", families},
                             {"versions", calibration_versions()}};
   try {
     onnx::write_file_atomic(path, j.dump(2) + "\n");
@@ -428,6 +440,12 @@ DeviceSpec calibrate_cpu() {
     }
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     d.engine_step_overhead_s = t[t.size() / 2] / double(e.steps().size());
+  }
+  {
+    // The time model per op family: the probe's training steps timed op by op (time_model.h),
+    // against the peaks and bandwidth just measured.
+    EnableGrad grad;
+    d.op_families = calibrate_op_families(d);
   }
   host_memory_restart(Device::cpu);  // the calibration's blocks go back to the system
   d.others_cpu_share = others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads);

@@ -5,11 +5,19 @@
 // bandwidth, and a fixed cost per op. Not here: caches, clocks under load, multi-GPU links.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace reckon {
+
+// One op family's line in the time model (time_model.h): time = fixed_s + scale x roofline.
+struct FamilyTime {
+  double fixed_s = 0;
+  double scale = 1;
+  int samples = 0;  // the probe's op calls it was fitted on
+};
 
 struct DeviceSpec {
   std::string name;         // catalog key: "cpu", "a100", "h100", ...
@@ -39,6 +47,9 @@ struct DeviceSpec {
   bool under_load = false;
   int attempts = 1;
   std::string calibrated_at = {};  // when (UTC, ISO 8601; the cpu)
+  // The time model per op family (time_model.h), keyed by time_family(); the cpu: fitted on the
+  // calibration's probe; empty elsewhere (the roofline and op_overhead_s time every op).
+  std::map<std::string, FamilyTime> op_families = {};
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
@@ -64,8 +75,9 @@ constexpr int kCalibrationAttempts = 3;
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
-// Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, and the
-// inference engine's per-step overhead from a compiled chain of 1-element steps.
+// Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, the
+// inference engine's per-step overhead from a compiled chain of 1-element steps, and the time
+// model's op families from the probe's training steps (time_model.h).
 // Measures others_cpu_share and under_load as it runs.
 DeviceSpec calibrate_cpu();
 // Which of a cached entry (if any) and a fresh calibration is kept, in the cache and for this

@@ -2,6 +2,7 @@
 // meta tracker (ledger.h). The measured side runs the same step function on the cpu.
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/process.h"
+#include "reckon/ledger/time_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -133,6 +134,7 @@ struct LedgerOp {
   std::vector<DType> in_dtypes;
   bool has_output = false;
   Shape out_shape;        // of output 0
+  int64_t width = 0;      // a convolution's width (time_model.h: conv_width), else 0
   int64_t workspace_bytes = 0, saved_bytes = 0;
 };
 
@@ -168,7 +170,13 @@ LedgerOp ledger_op_common(const R& r, int op, std::string_view name, bool in_bac
 
 LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
   LedgerOp o = ledger_op_common(n, n.op, n.op_name(), n.in_backward_node);
-  for (int id : n.inputs) o.in_dtypes.push_back(id >= 0 ? g.value(id).spec.dtype : DType::f32);
+  std::vector<Shape> ins, outs;
+  for (int id : n.inputs) {
+    o.in_dtypes.push_back(id >= 0 ? g.value(id).spec.dtype : DType::f32);
+    ins.push_back(id >= 0 ? g.value(id).spec.shape : Shape{});
+  }
+  for (int id : n.outputs) outs.push_back(g.value(id).spec.shape);
+  o.width = conv_width(o.name, ins, outs);
   o.has_output = !n.outputs.empty();
   if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
   return o;
@@ -183,6 +191,7 @@ std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
 LedgerOp ledger_op(const OpRecord& r) {
   LedgerOp o = ledger_op_common(r, r.op_id, r.op, r.backward);
   o.in_dtypes = r.in_dtypes;
+  o.width = conv_width(o.name, r.in_shapes, r.out_shapes);
   o.has_output = !r.out_shapes.empty();
   if (o.has_output) o.out_shape = r.out_shapes[0];
   return o;
@@ -460,7 +469,14 @@ double op_flops(const DeviceSpec& dev, const LedgerOp& r) {
   return winograd ? f / dev.winograd_speedup : f;
 }
 
-// Roofline time of every op on one device; per row into time_s (or cpu_time_s).
+// An op's time on a device by the time model (time_model.h): its family's line over the roofline.
+OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
+  return op_time(dev, r.name, r.impl, op_precision(r), r.width, op_flops(dev, r),
+                 double(r.cost.bytes_read + r.cost.bytes_written));
+}
+
+// Every op's time on one device; per row into time_s (or cpu_time_s). An op's fixed cost is
+// overhead, the rest compute or memory by which side of its roofline bounds it.
 LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<LedgerOp>& recs) {
   LedgerTime t;
   t.device = dev;
@@ -468,17 +484,23 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<Led
   t.peak_flops = dev.peak(t.precision);
   t.ridge = dev.ridge(t.precision);
   for (const LedgerOp& r : recs) {
-    const double flops = op_flops(dev, r), bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    const double tc = flops / dev.peak(op_precision(r)), tm = bytes / dev.bandwidth_bytes;
-    if (tc >= tm) {
-      t.compute_s += tc;
+    const OpTime ot = time_of(dev, r);
+    if (ot.compute_bound) {
+      t.compute_s += ot.total_s - ot.fixed_s;
       t.compute_bound_ops++;
     } else {
-      t.memory_s += tm;
+      t.memory_s += ot.total_s - ot.fixed_s;
       t.memory_bound_ops++;
     }
-    t.overhead_s += dev.op_overhead_s;
-    if (r.phase == Phase::optimizer) t.optimizer_s += std::max(tc, tm) + dev.op_overhead_s;
+    t.overhead_s += ot.fixed_s;
+    if (r.phase == Phase::optimizer) t.optimizer_s += ot.total_s;
+    const std::string_view src = ot.source;
+    (src == "family" ? t.family_line_ops : src == "op" ? t.op_line_ops : t.roofline_ops)++;
+    if (src == "roofline" && !dev.op_families.empty()) {
+      std::string f = time_family(r.name, r.impl, op_precision(r), r.width);
+      if (std::find(t.roofline_families.begin(), t.roofline_families.end(), f) == t.roofline_families.end())
+        t.roofline_families.push_back(std::move(f));
+    }
   }
   t.step_s = t.compute_s + t.memory_s + t.overhead_s;
   t.fits = L.memory.peak_bytes <= dev.memory_bytes;
@@ -496,9 +518,8 @@ void row_times(Ledger& L, const std::vector<LedgerOp>& recs, const DeviceSpec& d
   const std::string& p = L.config.precision;
   for (const LedgerOp& r : recs) {
     LedgerRow& row = L.rows[index.at(r.row)];
-    const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    row.time_s += dev.op_time_s(op_flops(dev, r), bytes, op_precision(r));
-    row.cpu_time_s += cpu.op_time_s(op_flops(cpu, r), bytes, op_precision(r));
+    row.time_s += time_of(dev, r).total_s;
+    row.cpu_time_s += time_of(cpu, r).total_s;
   }
   const double ridge = dev.ridge(p);
   for (auto& row : L.rows) row.compute_bound = row.intensity >= ridge;

@@ -130,6 +130,11 @@ struct LedgerTime {
   double compute_s = 0, memory_s = 0, overhead_s = 0;  // the step's ops split by what bounds them
   double optimizer_s = 0;            // the optimizer phase's ops (updates, the scaler's unscale), in the step
   int64_t compute_bound_ops = 0, memory_bound_ops = 0;
+  // Which line of the time model (time_model.h) timed each op: its family's, its op's (over the
+  // op's families), or the bare roofline with the per-op overhead (every op on a datasheet GPU;
+  // on the cpu an op the calibration's probe never ran).
+  int64_t family_line_ops = 0, op_line_ops = 0, roofline_ops = 0;
+  std::vector<std::string> roofline_families;  // the families of those roofline_ops (the cpu), once each
   bool fits = true;                  // predicted peak <= device memory
   int64_t steps_per_epoch = 0;       // ceil(dataset_size / batch); 0 without a dataset
   int64_t epochs = 0;

@@ -209,7 +209,8 @@ std::string format_ledger(const Ledger& l) {
   line("");
 
   // ---- time ----
-  line(fmt::format("time per step: roofline, each op max(FLOPs / peak, bytes / bandwidth) + a per-op overhead; {}",
+  line(fmt::format("time per step: each op max(FLOPs / peak, bytes / bandwidth), the roofline, on its op family's "
+                   "calibrated line (fixed cost + scale x roofline; the GPUs: the roofline + a per-op overhead); {}",
                    l.config.precision));
   const bool run = l.config.dataset_size > 0;
   line(fmt::format("  {:<10} {:>12} {:>10} {:>7} {:>10} {:>9} {:>9} {:>9} {:>10} {:>8}  {}", "device", "peak TFLOP/s",
@@ -224,8 +225,11 @@ std::string format_ledger(const Ledger& l) {
   }
   for (const auto& d : l.times)
     if (d.device.name == "cpu")
-      line(fmt::format("  cpu: {}; {}; a convolution planned as Winograd counts its direct FLOPs / {:.2f}",
-                       d.device.description, d.device.source, d.device.winograd_speedup));
+      line(fmt::format("  cpu: {}; {}; a convolution planned as Winograd counts its direct FLOPs / {:.2f}; {} ops "
+                       "timed by their family's line, {} by their op's, {} by the bare roofline{}",
+                       d.device.description, d.device.source, d.device.winograd_speedup, d.family_line_ops,
+                       d.op_line_ops, d.roofline_ops,
+                       d.roofline_families.empty() ? "" : fmt::format(" ({})", fmt::join(d.roofline_families, ", "))));
   line(fmt::format("  {}: {} ops compute-bound, {} bandwidth-bound (ridge {:.1f} FLOP/B = {:.2f} TFLOP/s / {:.0f} GB/s)",
                    main.device.name, main.compute_bound_ops, main.memory_bound_ops, main.ridge, main.peak_flops / 1e12,
                    main.device.bandwidth_bytes / 1e9));
@@ -366,6 +370,11 @@ std::string ledger_json(const Ledger& l) {
                      {"optimizer_s", d.optimizer_s},
                      {"compute_bound_ops", d.compute_bound_ops},
                      {"memory_bound_ops", d.memory_bound_ops},
+                     {"family_line_ops", d.family_line_ops},
+                     {"op_line_ops", d.op_line_ops},
+                     {"roofline_ops", d.roofline_ops},
+                     {"roofline_families", d.roofline_families},
+                     {"op_families", d.device.op_families.size()},
                      {"fits", d.fits},
                      {"steps_per_epoch", d.steps_per_epoch},
                      {"epochs", d.epochs},
