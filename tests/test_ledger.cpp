@@ -542,10 +542,26 @@ TEST(Ledger, DeviceCatalog) {
     EXPECT_EQ(g.samples, f.samples);
     break;  // one is enough to see the format; the size check covers the rest
   }
-  edit_entry([&](json& e) { e["op_families"].begin().value()["scale"] = 0.0; });
-  EXPECT_FALSE(cached_cpu_spec().has_value());
+  const json good = [&] {
+    std::ifstream in(device_cache_path());
+    return json::parse(in)["cpus"].begin().value()["op_families"];
+  }();
+  for (const auto& [field, bad] : std::vector<std::pair<std::string, json>>{
+           {"scale", 0.0}, {"scale", kMaxFamilyScale * 2}, {"scale", "1"}, {"fixed_us", -1.0},
+           {"samples", 1e300}, {"samples", 0}, {"samples", "many"}}) {
+    SCOPED_TRACE(field + " = " + bad.dump());
+    edit_entry([&](json& e) { e["op_families"] = good, e["op_families"].begin().value()[field] = bad; });
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
+  for (const json& bad : {json::array({1, 2}), json::object(), json(nullptr)}) {
+    SCOPED_TRACE(bad.dump());
+    edit_entry([&](json& e) { e["op_families"] = bad; });
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
   edit_entry([&](json& e) { e.erase("op_families"); });
   EXPECT_FALSE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e["op_families"] = good; });
+  EXPECT_TRUE(cached_cpu_spec().has_value());
   std::filesystem::remove_all(dir);
   forget_cpu_calibration();  // (RECKON_CACHE_DIR is put back as this test ends)
 }
@@ -580,10 +596,27 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   f = fit_family({sample(1e-5, 30e-6), sample(1e-4, 40e-6)}, 1e-6);
   EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
   EXPECT_GT(f.fixed_s, 0.0);
-  // One roofline time: the fixed cost is the default (at most half the time), the scale the rest.
+  // One roofline time: the time beyond it is the fixed cost, the scale 1 (a tiny roofline does not
+  // become a steep slope); one faster than its roofline, a scale below 1 and no fixed cost.
   f = fit_family({sample(1e-4, 3e-4), sample(1e-4, 3e-4)}, 10e-6);
-  EXPECT_DOUBLE_EQ(f.fixed_s, 10e-6);
-  EXPECT_NEAR(f.scale, (3e-4 - 10e-6) / 1e-4, 1e-9);
+  EXPECT_NEAR(f.fixed_s, 2e-4, 1e-12);
+  EXPECT_DOUBLE_EQ(f.scale, 1.0);
+  f = fit_family({sample(1e-9, 20e-6)}, 1e-6);
+  EXPECT_NEAR(f.fixed_s, 20e-6 - 1e-9, 1e-15);
+  EXPECT_DOUBLE_EQ(f.scale, 1.0);
+  EXPECT_EQ(f.samples, 1);
+  f = fit_family({sample(1e-4, 0.5e-4)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.fixed_s, 0.0);
+  EXPECT_NEAR(f.scale, 0.5, 1e-12);
+  // A slope above the ceiling (samples at tiny sizes only): the ceiling.
+  f = fit_family({sample(1e-9, 1e-6), sample(1e-8, 90e-6)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.scale, kMaxFamilyScale);
+  EXPECT_GE(f.fixed_s, 0.0);
+  // Views (no roofline) beside real work: a line through both, within the bounds.
+  f = fit_family({sample(0, 5e-6), sample(0, 5e-6), sample(1e-4, 2e-4), sample(1e-3, 1.5e-3)}, 1e-6);
+  EXPECT_GE(f.scale, kMinFamilyScale);
+  EXPECT_LE(f.scale, kMaxFamilyScale);
+  EXPECT_GE(f.fixed_s, 0.0);
   // No roofline time at all (a view): a fixed cost only.
   f = fit_family({sample(0, 4e-6), sample(0, 4e-6)}, 1e-6);
   EXPECT_NEAR(f.fixed_s, 4e-6, 1e-12);
@@ -592,28 +625,43 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   d.op_families["conv2d [fp32] wide"] = {1e-3, 2.0, 3};
   d.op_families["conv2d [fp32]"] = {2e-3, 3.0, 9};
   const double flops = 67e12 * 1e-3;  // 1 ms at the h100's fp32 peak
-  OpTime t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 256, flops, 0);
+  OpTime t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 64 * 64}, flops, 0);
   EXPECT_STREQ(t.source, "op");
   EXPECT_NEAR(t.total_s, 1e-3 + 2.0 * 1e-3, 1e-12);
   d.op_families["conv2d | jit:avx512_core [fp32] wide"] = {0, 1.5, 3};
-  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 256, flops, 0);
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 64 * 64}, flops, 0);
   EXPECT_STREQ(t.source, "family");
   EXPECT_NEAR(t.total_s, 1.5e-3, 1e-12);
-  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", 8, flops, 0);  // narrow: the op's own line
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 4 * 4}, flops, 0);  // "wide small": "wide"'s
+  EXPECT_NEAR(t.total_s, 1.5e-3, 1e-12);
+  d.op_families["conv2d [fp32] wide small"] = {0, 4.0, 3};
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 4 * 4}, flops, 0);  // the op's, with the class
+  EXPECT_NEAR(t.total_s, 4e-3, 1e-12);
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp16", {256, 4 * 4}, flops, 0);  // fp16: fp32's lines
+  EXPECT_NEAR(t.total_s, 4.0 * flops / d.peak("fp16"), 1e-12);
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {8, 64}, flops, 0);  // narrow: the op's own line
   EXPECT_NEAR(t.total_s, 2e-3 + 3.0 * 1e-3, 1e-12);
-  t = op_time(d, "relu", "", "fp32", 0, 0, 3.35e12 * 1e-3);  // no line: roofline + overhead
+  t = op_time(d, "relu", "", "fp32", {}, 0, 3.35e12 * 1e-3);  // no line: roofline + overhead
   EXPECT_STREQ(t.source, "roofline");
   EXPECT_NEAR(t.total_s, 1e-3 + d.op_overhead_s, 1e-12);
-  EXPECT_EQ(time_family("conv2d", "jit_dw:avx512_core", "bf16", 1), "conv2d | jit_dw:avx512_core [bf16] few");
-  EXPECT_EQ(time_family("relu", "", "fp32", 0), "relu [fp32]");
-  EXPECT_EQ(conv_width("conv2d", {{8, 3, 32, 32}, {64, 3, 7, 7}}, {}), 3);
-  EXPECT_EQ(conv_width("conv2d_backward_weight", {}, {{128, 64, 3, 3}}), 64);
-  EXPECT_EQ(conv_width("linear", {{8, 3}, {4, 3}}, {}), 0);
+  EXPECT_EQ(time_family("conv2d", "jit_dw:avx512_core", "bf16", conv_class({1, 100})),
+            "conv2d | jit_dw:avx512_core [bf16] few");
+  EXPECT_EQ(time_family("relu", "", "fp32"), "relu [fp32]");
+  EXPECT_EQ(conv_class({512, 16}), "wide small");
+  EXPECT_EQ(conv_class({40, 64}), "mid");
+  EXPECT_EQ(conv_class({16, 4}), "narrow");
+  const ConvShape first = conv_shape("conv2d", {{8, 3, 32, 32}, {64, 3, 7, 7}}, {{8, 64, 13, 13}});
+  EXPECT_EQ(first.width, 3);
+  EXPECT_EQ(first.out_hw, 169);
+  const ConvShape dw = conv_shape("conv2d_backward_weight", {{8, 128, 4, 4}, {8, 64, 8, 8}}, {{128, 64, 3, 3}});
+  EXPECT_EQ(dw.width, 64);
+  EXPECT_EQ(dw.out_hw, 16);
+  EXPECT_EQ(conv_shape("linear", {{8, 3}, {4, 3}}, {{8, 4}}).width, 0);
 }
 
 // Every op of the zoo's training steps, in fp32 and bf16, with SGD and AdamW, is timed on the cpu
 // by a line the calibration fitted (its family's or its op's), none by the bare roofline; and most
-// by their own family's. The step's parts add up.
+// by their own family's. The layers' times add up to the step's.
 TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
   const DeviceSpec cpu = device_spec("cpu");
   ASSERT_FALSE(cpu.op_families.empty());
@@ -645,8 +693,10 @@ TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
         EXPECT_EQ(t->roofline_ops, 0) << fmt::format("{}", fmt::join(t->roofline_families, ", "));
         EXPECT_EQ(t->family_line_ops + t->op_line_ops, l.totals.num_ops);
         EXPECT_GT(t->family_line_ops, t->op_line_ops);
-        EXPECT_NEAR(t->step_s, t->compute_s + t->memory_s + t->overhead_s, 1e-12);
-        EXPECT_GT(t->overhead_s, 0.0);
+        // The layers' times (row_times) and the step's (time_on) are the same model.
+        double rows_s = 0;
+        for (const auto& r : l.rows) rows_s += r.cpu_time_s;
+        EXPECT_NEAR(rows_s, t->step_s, 1e-9 * t->step_s);
       }
 }
 

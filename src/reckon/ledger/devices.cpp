@@ -168,10 +168,12 @@ std::optional<DeviceSpec> read_cache() {
       return std::nullopt;
     d.attempts = int(attempts);
     for (const auto& [k, v] : e.at("op_families").items()) {  // absent before format 4: calibrate again
-      FamilyTime f{v.at("fixed_us").get<double>() * 1e-6, v.at("scale").get<double>(), v.at("samples").get<int>()};
-      if (!(f.fixed_s >= 0 && f.fixed_s < 1) || !(f.scale >= kMinFamilyScale && f.scale < 1e6) || f.samples < 1)
+      const double fixed_s = v.at("fixed_us").get<double>() * 1e-6, scale = v.at("scale").get<double>(),
+                   samples = v.at("samples").get<double>();
+      if (!(fixed_s >= 0 && fixed_s < 1) || !(scale >= kMinFamilyScale && scale <= kMaxFamilyScale) ||
+          !(samples >= 1 && samples <= 1e6))
         return std::nullopt;
-      d.op_families[k] = f;
+      d.op_families[k] = FamilyTime{fixed_s, scale, int(samples)};
     }
     if (d.op_families.empty()) return std::nullopt;
     d.source = cpu_source(d);
@@ -201,7 +203,7 @@ void write_cache(const DeviceSpec& d) {
   if (!j.is_object()) j = json::object();
   j["version"] = 1;
   json families = json::object();
-  for (const auto& [k, f] : d.op_families)
+  for (const auto& [k, f] : d.op_families)  // (fit_family's lines are finite and within its bounds)
     families[k] = {{"fixed_us", f.fixed_s * 1e6}, {"scale", f.scale}, {"samples", f.samples}};
   j["cpus"][cache_key()] = {{"description", d.description},
                             {"calibrated_at", d.calibrated_at},
@@ -297,10 +299,6 @@ double DeviceSpec::peak(const std::string& precision) const {
   RK_CHECK(p >= 0, "[ledger] unknown precision '{}' (fp32, tf32, bf16, fp16, int8)", precision);
   RK_CHECK(p > 0, "[ledger] device {} has no {} peak in the catalog", name, precision);
   return p;
-}
-
-double DeviceSpec::op_time_s(double flops, double bytes, const std::string& precision) const {
-  return std::max(flops / peak(precision), bytes / bandwidth_bytes) + op_overhead_s;
 }
 
 std::vector<std::string> device_names() {

@@ -56,8 +56,6 @@ struct DeviceSpec {
   // The roofline's ridge point: peak / bandwidth, in FLOPs per byte. An op whose arithmetic
   // intensity is above it is compute-bound on this device, below it bandwidth-bound.
   double ridge(const std::string& precision) const { return peak(precision) / bandwidth_bytes; }
-  // max(flops / peak, bytes / bandwidth) + op_overhead_s.
-  double op_time_s(double flops, double bytes, const std::string& precision) const;
 };
 
 // Catalog keys, "cpu" first.

@@ -134,7 +134,7 @@ struct LedgerOp {
   std::vector<DType> in_dtypes;
   bool has_output = false;
   Shape out_shape;        // of output 0
-  int64_t width = 0;      // a convolution's width (time_model.h: conv_width), else 0
+  ConvShape conv;         // a convolution's width and output image (time_model.h), else 0s
   int64_t workspace_bytes = 0, saved_bytes = 0;
 };
 
@@ -176,7 +176,7 @@ LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
     ins.push_back(id >= 0 ? g.value(id).spec.shape : Shape{});
   }
   for (int id : n.outputs) outs.push_back(g.value(id).spec.shape);
-  o.width = conv_width(o.name, ins, outs);
+  o.conv = conv_shape(o.name, ins, outs);
   o.has_output = !n.outputs.empty();
   if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
   return o;
@@ -191,7 +191,7 @@ std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
 LedgerOp ledger_op(const OpRecord& r) {
   LedgerOp o = ledger_op_common(r, r.op_id, r.op, r.backward);
   o.in_dtypes = r.in_dtypes;
-  o.width = conv_width(o.name, r.in_shapes, r.out_shapes);
+  o.conv = conv_shape(o.name, r.in_shapes, r.out_shapes);
   o.has_output = !r.out_shapes.empty();
   if (o.has_output) o.out_shape = r.out_shapes[0];
   return o;
@@ -220,14 +220,8 @@ int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scal
   return classes;
 }
 
-// The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
-std::string op_precision(const LedgerOp& r) {
-  for (DType d : r.in_dtypes) {
-    if (d == DType::bf16) return "bf16";
-    if (d == DType::f16) return "fp16";
-  }
-  return "fp32";
-}
+// The precision an op computes in, for its peak (time_model.h).
+std::string op_precision(const LedgerOp& r) { return compute_precision(r.in_dtypes); }
 
 // A batch of `n` samples shaped like x, as the loader makes them (input-tagged; zeros on the cpu,
 // so that a measured evaluation reads valid labels).
@@ -460,18 +454,12 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
   }
 }
 
-// The FLOPs an op costs on a device: its declared ones, except that a convolution whose cpu
-// kernel chose Winograd (the node's algo) runs the direct sum's FLOPs winograd_speedup times
-// faster on the calibrated cpu.
-double op_flops(const DeviceSpec& dev, const LedgerOp& r) {
-  const double f = double(2 * r.cost.macs + r.cost.flops);
-  const bool winograd = dev.name == "cpu" && r.algo == KernelAlgo::winograd;
-  return winograd ? f / dev.winograd_speedup : f;
-}
+// The FLOPs an op costs on a device (time_model.h: Winograd discounted on the calibrated cpu).
+double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(dev, r.cost, r.algo); }
 
 // An op's time on a device by the time model (time_model.h): its family's line over the roofline.
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
-  return op_time(dev, r.name, r.impl, op_precision(r), r.width, op_flops(dev, r),
+  return op_time(dev, r.name, r.impl, op_precision(r), r.conv, op_flops(dev, r),
                  double(r.cost.bytes_read + r.cost.bytes_written));
 }
 
@@ -497,7 +485,7 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<Led
     const std::string_view src = ot.source;
     (src == "family" ? t.family_line_ops : src == "op" ? t.op_line_ops : t.roofline_ops)++;
     if (src == "roofline" && !dev.op_families.empty()) {
-      std::string f = time_family(r.name, r.impl, op_precision(r), r.width);
+      std::string f = time_family(r.name, r.impl, op_precision(r), conv_class(r.conv));
       if (std::find(t.roofline_families.begin(), t.roofline_families.end(), f) == t.roofline_families.end())
         t.roofline_families.push_back(std::move(f));
     }

@@ -79,8 +79,9 @@ struct LedgerRow {
   int64_t workspace_bytes = 0;     // largest planned kernel workspace of one op
   int num_ops = 0;                 // op calls, forward and backward
   double intensity = 0;            // FLOPs per byte moved
-  // Roofline on the config's device: sum over the layer's ops of max(flops/peak, bytes/bw)
-  // plus the per-op overhead; compute-bound when intensity >= the device's ridge point.
+  // On the config's device: the sum over the layer's ops of their time model's line
+  // (time_model.h: the family's fixed cost + scale x roofline; the GPUs: the roofline + the
+  // per-op overhead); compute-bound when intensity >= the device's ridge point.
   double time_s = 0;
   bool compute_bound = false;
   double cpu_time_s = 0;           // the same on this machine's cpu (for --measure)

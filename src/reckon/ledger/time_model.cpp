@@ -17,59 +17,83 @@
 
 namespace reckon {
 
-int64_t conv_width(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs) {
-  const Shape* w = nullptr;
-  if ((op == "conv2d" || op == "conv2d_backward_input") && ins.size() >= 2) w = &ins[1];
-  if (op == "conv2d_backward_weight" && !outs.empty()) w = &outs[0];
-  if (!w || w->size() != 4) return 0;
-  return std::max<int64_t>(1, std::min((*w)[0], (*w)[1]));
+ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs) {
+  const Shape *w = nullptr, *y = nullptr;  // the weight, the output image (dy in backward)
+  if (op == "conv2d" && ins.size() >= 2 && !outs.empty()) w = &ins[1], y = &outs[0];
+  if (op == "conv2d_backward_input" && ins.size() >= 2) w = &ins[1], y = &ins[0];
+  if (op == "conv2d_backward_weight" && !ins.empty() && !outs.empty()) w = &outs[0], y = &ins[0];
+  if (!w || w->size() != 4 || y->size() != 4) return {};
+  return {std::max<int64_t>(1, std::min((*w)[0], (*w)[1])), (*y)[2] * (*y)[3]};
 }
 
-std::string_view width_class(int64_t width) {
-  if (width <= 0) return "";
-  return width <= 4 ? "few" : width < 32 ? "narrow" : width < 96 ? "mid" : "wide";
+std::string conv_class(ConvShape c) {
+  if (c.width <= 0) return "";
+  if (c.width <= 4) return "few";
+  if (c.width < 32) return "narrow";
+  const bool small = c.out_hw > 0 && c.out_hw < 64;
+  return std::string(c.width < 96 ? "mid" : "wide") + (small ? " small" : "");
 }
 
-std::string time_family(std::string_view op, std::string_view impl, std::string_view precision, int64_t width) {
-  if (impl.empty()) return time_family_of_op(op, precision, width);
-  const std::string_view c = width_class(width);
-  return fmt::format("{} | {} [{}]{}{}", op, impl, precision, c.empty() ? "" : " ", c);
+std::string time_family(std::string_view op, std::string_view impl, std::string_view precision, std::string_view cls) {
+  if (impl.empty()) return time_family_of_op(op, precision, cls);
+  return fmt::format("{} | {} [{}]{}{}", op, impl, precision, cls.empty() ? "" : " ", cls);
 }
 
-std::string time_family_of_op(std::string_view op, std::string_view precision, int64_t width) {
-  const std::string_view c = width_class(width);
-  return fmt::format("{} [{}]{}{}", op, precision, c.empty() ? "" : " ", c);
+std::string time_family_of_op(std::string_view op, std::string_view precision, std::string_view cls) {
+  return fmt::format("{} [{}]{}{}", op, precision, cls.empty() ? "" : " ", cls);
 }
 
 namespace {
 // The keys op_time tries, most specific first (duplicates where the op names no impl or width).
 std::vector<std::string> family_keys(std::string_view op, std::string_view impl, std::string_view precision,
-                                     int64_t width) {
+                                     ConvShape shape) {
   std::vector<std::string> k;
   auto add = [&](std::string s) {
     if (std::find(k.begin(), k.end(), s) == k.end()) k.push_back(std::move(s));
   };
-  add(time_family(op, impl, precision, width));
-  add(time_family_of_op(op, precision, width));  // the width decides more than the implementation
-  add(time_family(op, impl, precision, 0));
-  add(time_family_of_op(op, precision, 0));
+  const std::string cls = conv_class(shape), width_only = cls.substr(0, cls.find(' '));
+  for (std::string_view p : {precision, precision == "fp16" ? std::string_view("fp32") : precision}) {
+    for (std::string_view c : {std::string_view(cls), std::string_view(width_only)}) {
+      add(time_family(op, impl, p, c));
+      add(time_family_of_op(op, p, c));  // the shape decides more than the implementation
+    }
+    add(time_family(op, impl, p));
+    add(time_family_of_op(op, p));
+  }  // (fp16 is computed in f32 on the cpu: its lines, then fp32's)
   return k;
 }
 }  // namespace
 
+std::string compute_precision(std::span<const DType> inputs) {
+  for (DType t : inputs) {
+    if (t == DType::bf16) return "bf16";
+    if (t == DType::f16) return "fp16";
+  }
+  return "fp32";
+}
+
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo) {
+  const double f = double(2 * c.macs + c.flops);
+  return d.name == "cpu" && algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
+}
+
+double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision) {
+  return std::max(flops / d.peak(precision), bytes / d.bandwidth_bytes);
+}
+
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
-               int64_t width, double flops, double bytes) {
+               ConvShape shape, double flops, double bytes) {
   OpTime t;
   const double tc = flops / d.peak(precision), tm = bytes / d.bandwidth_bytes;
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
   const FamilyTime* f = nullptr;
   if (!d.op_families.empty()) {
-    const std::vector<std::string> keys = family_keys(op, impl, precision, width);
+    const std::vector<std::string> keys = family_keys(op, impl, precision, shape);
     for (size_t i = 0; i < keys.size() && !f; ++i)
       if (auto it = d.op_families.find(keys[i]); it != d.op_families.end()) {
         f = &it->second;
-        t.source = i == 0 ? "family" : "op";
+        t.source = keys[i].find(" | ") != std::string::npos || keys[i] == keys[0] ? "family" : "op";
       }
   }
   t.fixed_s = f ? f->fixed_s : d.op_overhead_s;
@@ -81,29 +105,38 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
   FamilyTime f;
   f.samples = int(samples.size());
   if (samples.empty()) return {default_fixed_s, 1.0, 0};
-  double lo = 1e300, hi = 0;
-  for (const auto& s : samples) lo = std::min(lo, s.roofline_s), hi = std::max(hi, s.roofline_s);
-  double S = 0, Sx = 0, Sy = 0, Sxx = 0, Sxy = 0;
+  // Weighted means and the centred sums (no cancellation between large products).
+  double S = 0, mx = 0, my = 0;
   for (const auto& s : samples) {
     const double w = 1.0 / std::max(s.measured_s, 1e-12);
-    S += w, Sx += w * s.roofline_s, Sy += w * s.measured_s;
-    Sxx += w * s.roofline_s * s.roofline_s, Sxy += w * s.roofline_s * s.measured_s;
+    S += w, mx += w * s.roofline_s, my += w * s.measured_s;
   }
-  if (hi <= 0 || hi < 1.2 * lo) {  // no spread to tell a fixed cost from a slope
-    const double t = Sy / S, x = Sx / S;
-    f.fixed_s = hi <= 0 ? t : std::min(default_fixed_s, 0.5 * t);
-    f.scale = x > 0 ? std::max(kMinFamilyScale, (t - f.fixed_s) / x) : 1.0;
+  mx /= S, my /= S;
+  double Sxx = 0, Sxy = 0, lo = 1e300, hi = 0;
+  for (const auto& s : samples) {
+    const double w = 1.0 / std::max(s.measured_s, 1e-12), dx = s.roofline_s - mx;
+    Sxx += w * dx * dx, Sxy += w * dx * (s.measured_s - my);
+    lo = std::min(lo, s.roofline_s), hi = std::max(hi, s.roofline_s);
+  }
+  if (hi <= 0 || hi < 1.2 * lo || !(Sxx > 0)) {  // no spread to tell a fixed cost from a slope
+    f.scale = 1.0;
+    f.fixed_s = std::max(0.0, my - mx);
+    if (f.fixed_s == 0 && mx > 0) f.scale = std::clamp(my / mx, kMinFamilyScale, kMaxFamilyScale);
     return f;
   }
-  const double det = S * Sxx - Sx * Sx;
-  double b = (S * Sxy - Sx * Sy) / det, a = (Sy - b * Sx) / S;
-  if (a < 0) {  // through the origin
+  double b = Sxy / Sxx, a = my - b * mx;
+  if (a < 0) {  // through the origin: sum w x t / sum w x^2
+    double num = 0, den = 0;
+    for (const auto& s : samples) {
+      const double w = 1.0 / std::max(s.measured_s, 1e-12);
+      num += w * s.roofline_s * s.measured_s, den += w * s.roofline_s * s.roofline_s;
+    }
     a = 0;
-    b = Sxy / Sxx;
+    b = num / den;
   }
-  if (b < kMinFamilyScale) {
-    b = kMinFamilyScale;
-    a = std::max(0.0, (Sy - b * Sx) / S);
+  if (b < kMinFamilyScale || b > kMaxFamilyScale) {
+    b = std::clamp(b, kMinFamilyScale, kMaxFamilyScale);
+    a = std::max(0.0, my - b * mx);
   }
   f.fixed_s = a;
   f.scale = b;
@@ -114,13 +147,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The probe's networks: every op family the zoo's training steps use, at shapes of their own.
+// The probe's networks: the op families of the zoo's training steps in fp32 and bf16 (checked by
+// TimeModel.EveryOpOfTheZoosStepsHasACalibratedLine), at shapes of their own.
 // Wide: a strided 7x7 first layer from 3 channels to 32; residual blocks (3x3 convolutions, strided ones
 // with 1x1 shortcuts) narrow, mid and wide; two inverted residuals (1x1 expansion, depthwise 3x3 at
 // stride 1 and 2, ReLU6, the residual add); a wide 1x1 convolution with a bias; local response
 // norm (f32 under autocast, so what follows it is cast back); a wide 3x3 convolution; max
-// pooling; the global average; dropout; and linear layers whose
-// 9.4 M parameters are more than the caches hold (the updates stream them from memory).
+// pooling; two 3x3 convolutions to 512 channels on the smallest images (4x4 at most, as deep
+// layers have); the global average; dropout; and linear layers whose 10.5 M parameters are more
+// than the caches hold (the updates stream them from memory).
 class WideProbe : public nn::Module {
  public:
   WideProbe() : Module("TimeProbe") {
@@ -142,8 +177,10 @@ class WideProbe : public nn::Module {
         make_shared<nn::LocalResponseNorm>(5),
         make_shared<nn::Conv2d>(256, 256, nn::Size2(3), nn::Conv2dOptions{.padding = 1}), make_shared<nn::ReLU>(),
         make_shared<nn::MaxPool2d>(nn::Size2(2)),
+        make_shared<nn::Conv2d>(256, 512, nn::Size2(3), nn::Conv2dOptions{.padding = 1}), make_shared<nn::ReLU>(),
+        make_shared<nn::Conv2d>(512, 512, nn::Size2(3), nn::Conv2dOptions{.padding = 1}), make_shared<nn::ReLU>(),
         make_shared<nn::AdaptiveAvgPool2d>(nn::Size2(1)), make_shared<nn::Flatten>(),
-        make_shared<nn::Dropout>(0.3), make_shared<nn::Linear>(256, 4096), make_shared<nn::ReLU>(),
+        make_shared<nn::Dropout>(0.3), make_shared<nn::Linear>(512, 4096), make_shared<nn::ReLU>(),
         make_shared<nn::Linear>(4096, 2048), make_shared<nn::ReLU>(), make_shared<nn::Linear>(2048, 10)});
     register_module("body", body);
   }
@@ -169,14 +206,6 @@ class NarrowProbe : public nn::Module {
   std::shared_ptr<nn::Sequential> body;
 };
 
-std::string precision_of(const OpRecord& r) {
-  for (DType t : r.in_dtypes) {
-    if (t == DType::bf16) return "bf16";
-    if (t == DType::f16) return "fp16";
-  }
-  return "fp32";
-}
-
 // Times `timed` steps of the model (after two untimed ones) op by op, as the ledger's --measure
 // does: an op's time is the wall time from the previous op's record to its own, the best of the
 // steps kept.
@@ -184,7 +213,8 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
                  const std::string& optimizer, int timed, std::vector<FamilySample>& out) {
   model.train();
   model.zero_grad(true);
-  auto opt = optim::make_optimizer({.name = optimizer}, model.parameters());
+  auto opt = optim::make_optimizer({.name = optimizer, .momentum = optimizer == "sgd" ? 0.9 : 0.0},
+                                   model.parameters());
   Tensor x = Tensor::empty(x_shape);
   fill_uniform_(x, -1, 1);
   Tensor y = Tensor::zeros({x_shape[0]}, DType::i64);
@@ -206,20 +236,19 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
       ObserveOps obs([&](const OpRecord& r) {
         const auto now = Clock::now();
         if (k == 0) {
-          const std::string p = precision_of(r);
-          const bool winograd = r.algo == KernelAlgo::winograd;
-          const double flops = double(2 * r.cost.macs + r.cost.flops) / (winograd ? d.winograd_speedup : 1.0);
-          const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
           FamilySample s;
           s.op = r.op;
           s.impl = r.impl;
-          s.precision = p;
-          s.width = conv_width(r.op, r.in_shapes, r.out_shapes);
-          s.roofline_s = std::max(flops / d.peak(p), bytes / d.bandwidth_bytes);
+          s.precision = compute_precision(r.in_dtypes);
+          s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
+          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo),
+                                    double(r.cost.bytes_read + r.cost.bytes_written), s.precision);
           samples.push_back(std::move(s));
           best.push_back(1e30);
         }
-        if (i < best.size()) best[i] = std::min(best[i], std::chrono::duration<double>(now - last).count());
+        // A step that ran other ops (or in another order) than the first times nothing.
+        if (i < best.size() && samples[i].op == r.op && samples[i].impl == r.impl)
+          best[i] = std::min(best[i], std::chrono::duration<double>(now - last).count());
         ++i;
         last = Clock::now();
       });
@@ -227,6 +256,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
     }
   }
   for (size_t i = 0; i < samples.size(); ++i) {
+    if (best[i] >= 1e30) continue;  // never matched
     samples[i].measured_s = best[i];
     out.push_back(std::move(samples[i]));
   }
@@ -258,7 +288,7 @@ std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d) {
   const std::vector<FamilySample> samples = probe_op_samples(d);
   std::map<std::string, std::vector<FamilySample>> by;
   for (const auto& s : samples)
-    for (const std::string& k : family_keys(s.op, s.impl, s.precision, s.width)) by[k].push_back(s);
+    for (const std::string& k : family_keys(s.op, s.impl, s.precision, s.shape)) by[k].push_back(s);
   std::map<std::string, FamilyTime> out;
   for (const auto& [k, v] : by) out[k] = fit_family(v, d.op_overhead_s);
   return out;

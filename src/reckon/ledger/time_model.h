@@ -4,36 +4,54 @@
 // bandwidth (its kernel makes several passes, or gathers), and a small op pays an OpenMP fork and
 // join, not the 1-element op's fixed cost. So each op family gets its own line,
 //     time = fixed_s + scale x roofline,
-// fitted (weighted least squares, relative errors) on a probe: two small training networks of
-// their own (not zoo models) whose steps are timed op by op, at three sizes each, fp32 with SGD and
-// bf16 with AdamW, on this machine at this thread count, when the cpu is calibrated
-// (devices.h). A family is the op, the implementation its kernel chose ("conv2d |
+// fitted (least squares weighted by 1 / time) on a probe: two small training networks of their
+// own (not zoo models) whose steps are timed op by op, at three sizes each, fp32 with SGD
+// (momentum 0.9, the ledger's default) and bf16 with AdamW, on this machine at this thread count,
+// when the cpu is calibrated (devices.h; about 3 s). A family is the op, the implementation its kernel chose ("conv2d |
 // jit_dw:avx512_core") and the precision it computes in; an op whose implementation the probe
-// did not meet falls back to the op's line over all its implementations, and an op the probe did
-// not run at all to the roofline and the per-op fixed cost.
+// did not meet falls back to the op's line over all its implementations; fp16 (which the cpu
+// computes in f32) to the fp32 lines; an op the probe did not run at all (the fp16 loss scaler's
+// ops) to the roofline and the per-op fixed cost. Not for the inference engine's compiled steps
+// (inference.h), which run no autograd and are timed by the roofline and the engine's step cost.
 #pragma once
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "reckon/core/tensor.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/ops/op.h"
 
 namespace reckon {
 
-// A convolution's width, the fewer of its output channels and its input channels per group (its
-// weight's first two sizes; 1 for a depthwise one), which decides how well its kernel fills the
-// vector registers: 0 for other ops. ins, outs: the call's input and output shapes.
-int64_t conv_width(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs);
-// The width class a family names: "" (not a convolution), "few" (<= 4: an image's first layer, a
-// depthwise one), "narrow" (< 32), "mid" (< 96), "wide".
-std::string_view width_class(int64_t width);
+// What decides how well a convolution's kernel fills the vector registers: its width, the fewer of
+// its output channels and its input channels per group (its weight's first two sizes; 1 for a
+// depthwise one), and the size of its output image (H x W; oneDNN blocks along its rows). All 0
+// for other ops. ins, outs: the call's input and output shapes.
+struct ConvShape {
+  int64_t width = 0, out_hw = 0;
+};
+ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs);
+// The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
+std::string compute_precision(std::span<const DType> inputs);
+// The FLOPs an op costs on a device: 2 x MACs + other FLOPs, except that a convolution whose cpu
+// kernel chose Winograd runs its direct FLOPs winograd_speedup times faster on the calibrated cpu.
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo);
+// max(flops / peak, bytes / bandwidth).
+double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
+
+// The shape class a family names: "" (not a convolution); by width "few" (<= 4: an image's first
+// layer, a depthwise one), "narrow" (< 32), "mid" (< 96), "wide"; a mid or wide one on an output
+// image of fewer than 64 pixels (a deep layer's 4x4 or 7x7) "mid small", "wide small".
+std::string conv_class(ConvShape c);
 // The family of an op call: "conv2d | jit:avx512_core [fp32] wide" (its implementation when the
-// kernel named one, the precision it computes in, a convolution's width class) and the op's own
+// kernel named one, the precision it computes in, a convolution's shape class) and the op's own
 // "conv2d [fp32] wide" and "conv2d [fp32]".
-std::string time_family(std::string_view op, std::string_view impl, std::string_view precision, int64_t width = 0);
-std::string time_family_of_op(std::string_view op, std::string_view precision, int64_t width = 0);
+std::string time_family(std::string_view op, std::string_view impl, std::string_view precision,
+                        std::string_view cls = "");
+std::string time_family_of_op(std::string_view op, std::string_view precision, std::string_view cls = "");
 
 // One op call's predicted time on a device and where it comes from.
 struct OpTime {
@@ -41,28 +59,32 @@ struct OpTime {
   double fixed_s = 0;      // the family's fixed cost (or the device's per-op overhead)
   double roofline_s = 0;   // max(flops / peak, bytes / bandwidth)
   bool compute_bound = false;
-  const char* source = "roofline";  // "family", "op" or "roofline": which line timed it
+  // "family" (the family's own line, with or without its width class), "op" (the op's, over its
+  // implementations) or "roofline": which line timed it.
+  const char* source = "roofline";
 };
 // flops: what the op computes at the device's rate (Winograd already discounted). The lines
-// tried in turn: the family with its width class, the op's with its width class (the width
-// decides more than the implementation), the family without it, the op's without it; else the
-// roofline and the device's per-op overhead.
+// tried in turn: the family with its shape class, the op's with its shape class (the shape decides
+// more than the implementation), both again with the width class alone ("wide" for "wide
+// small"), then without a class; else the roofline and the device's per-op overhead.
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
-               int64_t width, double flops, double bytes);
+               ConvShape shape, double flops, double bytes);
 
 // One timed op call of the probe: its family, the roofline time on the device, the measured time.
 struct FamilySample {
   std::string op, impl, precision;
-  int64_t width = 0;
+  ConvShape shape;
   double roofline_s = 0, measured_s = 0;
 };
 // The line through a family's samples: least squares weighted by 1 / time (between absolute
 // errors, where the long ops decide the slope, and relative ones, where the many short ops decide
 // the fixed cost), with the fixed
-// cost kept >= 0 and the scale >= kMinFamilyScale (a family measured only inside the caches would
-// otherwise be extrapolated to large tensors at a speed no memory gives). With one distinct
-// roofline time, the fixed cost is min(default_fixed_s, half the time) and the scale the rest.
+// cost kept >= 0 and the scale within [kMinFamilyScale, kMaxFamilyScale] (a family measured only
+// inside the caches would otherwise be extrapolated to large tensors at a speed no memory gives,
+// one measured only at tiny sizes at a slope no kernel has). With one distinct roofline time (or
+// none), the time beyond the roofline is the fixed cost and the scale 1.
 constexpr double kMinFamilyScale = 0.25;
+constexpr double kMaxFamilyScale = 50;
 FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_fixed_s);
 
 // Runs the probe on the cpu and fits every family it met (and every op, over its families): a
