@@ -10,7 +10,7 @@
 For every case (model, batch, input, precision, optimizer, threads) it runs, in a fresh process
 with OMP_NUM_THREADS set to the thread count,
     reckon ledger MODEL --batch B [--input CxHxW] --precision P --optimizer O --measure --json
-and prints the predicted cpu step time (the calibrated roofline: `time`, device cpu) against the
+and prints the predicted cpu step time (the time model: `time`, device cpu) against the
 measured one (`measured.step_s`, the median of the timed steps), the error predicted / measured
 - 1, and, for the layers that take more than 5% of the measured step, how many are predicted
 within 30% (the issue's targets: every case within 15%, those layers within 30%). A case the

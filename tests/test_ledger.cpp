@@ -629,7 +629,7 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   EXPECT_STREQ(t.source, "op");
   EXPECT_NEAR(t.total_s, 1e-3 + 2.0 * 1e-3, 1e-12);
   d.op_families["conv2d | jit:avx512_core [fp32] wide"] = {0, 1.5, 3};
-  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 64 * 64}, flops, 0);
+  t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 64 * 64}, flops, 0);  // "wide large": "wide"'s
   EXPECT_STREQ(t.source, "family");
   EXPECT_NEAR(t.total_s, 1.5e-3, 1e-12);
   t = op_time(d, "conv2d", "jit:avx512_core", "fp32", {256, 4 * 4}, flops, 0);  // "wide small": "wide"'s
@@ -648,7 +648,7 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
             "conv2d | jit_dw:avx512_core [bf16] few");
   EXPECT_EQ(time_family("relu", "", "fp32"), "relu [fp32]");
   EXPECT_EQ(conv_class({512, 16}), "wide small");
-  EXPECT_EQ(conv_class({40, 64}), "mid");
+  EXPECT_EQ(conv_class({40, 64}), "mid large");
   EXPECT_EQ(conv_class({16, 4}), "narrow");
   const ConvShape first = conv_shape("conv2d", {{8, 3, 32, 32}, {64, 3, 7, 7}}, {{8, 64, 13, 13}});
   EXPECT_EQ(first.width, 3);

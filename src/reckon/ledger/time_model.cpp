@@ -31,7 +31,7 @@ std::string conv_class(ConvShape c) {
   if (c.width <= 4) return "few";
   if (c.width < 32) return "narrow";
   const bool small = c.out_hw > 0 && c.out_hw < 64;
-  return std::string(c.width < 96 ? "mid" : "wide") + (small ? " small" : "");
+  return std::string(c.width < 96 ? "mid" : "wide") + (small ? " small" : " large");
 }
 
 std::string time_family(std::string_view op, std::string_view impl, std::string_view precision, std::string_view cls) {

@@ -43,8 +43,8 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo);
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
 
 // The shape class a family names: "" (not a convolution); by width "few" (<= 4: an image's first
-// layer, a depthwise one), "narrow" (< 32), "mid" (< 96), "wide"; a mid or wide one on an output
-// image of fewer than 64 pixels (a deep layer's 4x4 or 7x7) "mid small", "wide small".
+// layer, a depthwise one), "narrow" (< 32), "mid" (< 96), "wide"; a mid or wide one also by its
+// output image, under 64 pixels (a deep layer's 4x4 or 7x7) or not: "wide small", "wide large".
 std::string conv_class(ConvShape c);
 // The family of an op call: "conv2d | jit:avx512_core [fp32] wide" (its implementation when the
 // kernel named one, the precision it computes in, a convolution's shape class) and the op's own
@@ -66,7 +66,8 @@ struct OpTime {
 // flops: what the op computes at the device's rate (Winograd already discounted). The lines
 // tried in turn: the family with its shape class, the op's with its shape class (the shape decides
 // more than the implementation), both again with the width class alone ("wide" for "wide
-// small"), then without a class; else the roofline and the device's per-op overhead.
+// small": its line is fitted on the calls of both image sizes), then without a class; else the
+// roofline and the device's per-op overhead.
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
                ConvShape shape, double flops, double bytes);
 
