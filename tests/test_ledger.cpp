@@ -486,7 +486,9 @@ TEST(Ledger, DeviceCatalog) {
   std::filesystem::remove_all(dir);
   test_util::ScopedEnv cache_env("RECKON_CACHE_DIR", dir.string());
   forget_cpu_calibration();
+  const auto generator_before = default_generator().state();
   DeviceSpec cpu = device_spec("cpu");
+  EXPECT_EQ(default_generator().state(), generator_before) << "the calibration draws no number of the process's";
   EXPECT_TRUE(cpu.calibrated);
   EXPECT_GT(cpu.fp32_flops, 1e9);
   EXPECT_GT(cpu.bandwidth_bytes, 1e9);

@@ -326,6 +326,7 @@ void forget_cpu_calibration() {
 }
 
 DeviceSpec calibrate_cpu() {
+  KeepDefaultGenerator keep;  // its fills and the probe's weights and dropout draw from it
   NoGrad no_grad;
   TagGuard tag(Tag::temporary);
   DeviceSpec d;

@@ -4,13 +4,33 @@
 // no structured sparsity). A device is a roofline: a compute peak per precision, a memory
 // bandwidth, and a fixed cost per op. Not here: caches, clocks under load, multi-GPU links.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "reckon/core/tensor.h"
+
 namespace reckon {
+
+// The process's random numbers as they were when it was made, put back when it dies. The ledger's
+// steps draw dropout seeds (on any device), building a model draws its initial weights, and so
+// does the calibration's probe: a training run that asks for a prediction (or calibrates) before
+// its first step must draw the same numbers as one that does not (--resume is bit-identical to an
+// uninterrupted run), and a program that builds its model after a first device_spec("cpu") the
+// same weights whether the calibration was cached or not.
+class KeepDefaultGenerator {
+ public:
+  KeepDefaultGenerator() : state_(default_generator().state()) {}
+  ~KeepDefaultGenerator() { default_generator().set_state(state_); }
+  KeepDefaultGenerator(const KeepDefaultGenerator&) = delete;
+  KeepDefaultGenerator& operator=(const KeepDefaultGenerator&) = delete;
+
+ private:
+  std::array<uint64_t, 4> state_;
+};
 
 // One op family's line in the time model (time_model.h): time = fixed_s + scale x roofline.
 struct FamilyTime {

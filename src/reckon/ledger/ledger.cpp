@@ -717,23 +717,6 @@ ZooModel zoo_model(const std::string& model_name, const LedgerConfig& cfg, Devic
 }
 }  // namespace
 
-namespace {
-// The process's random numbers as they were: the ledger's steps draw dropout seeds (on any
-// device) and building a model draws its initial weights, and a training run that asks for a
-// prediction before its first step must draw the same numbers as one that does not (--resume is
-// bit-identical to an uninterrupted run).
-class KeepDefaultGenerator {
- public:
-  KeepDefaultGenerator() : state_(default_generator().state()) {}
-  ~KeepDefaultGenerator() { default_generator().set_state(state_); }
-  KeepDefaultGenerator(const KeepDefaultGenerator&) = delete;
-  KeepDefaultGenerator& operator=(const KeepDefaultGenerator&) = delete;
-
- private:
-  std::array<uint64_t, 4> state_;
-};
-}  // namespace
-
 Ledger ledger(const std::string& model_name, const LedgerConfig& cfg) {
   KeepDefaultGenerator keep;
   check_config(cfg);
