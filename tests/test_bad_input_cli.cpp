@@ -428,25 +428,36 @@ std::map<std::string, std::string> snapshot(const fs::path& root, const fs::path
   return m;
 }
 
-// A calibration cache made once per test process (by the reckon under test, in a directory of its
-// own), which each case's sandbox starts with unless the case puts its own there: a calibration
-// (a probe of training steps, about 5 s here and a minute and a half under the sanitizers) is
-// not what these cases test, and each case calibrating on its own made the sanitized suite's
-// bad-input table last half an hour.
-const fs::path& prepared_cache() {
-  static const fs::path file = [] {
-    const fs::path dir = test_util::fresh_dir("badcli_cache", "prepared");
-    test_util::ScopedEnv env("RECKON_CACHE_DIR", dir.string());
-    const test_util::CliResult r = test_util::run_cli({"ledger", "lenet5", "--batch", "1"}, dir);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    // Its attempts spent, so that one made while the other shard ran (under load) is used as it is
-    // rather than taken again by every case.
-    nlohmann::json j = nlohmann::json::parse(test_util::read_file(dir / "devices.json"));
-    for (auto& [key, entry] : j.at("cpus").items()) entry["attempts"] = reckon::kCalibrationAttempts;
-    test_util::write_file(dir / "devices.json", j.dump(1));
-    return dir / "devices.json";
+// The calibration cache each case's sandbox starts with unless the case puts its own there: a
+// calibration (a probe of training steps, about 5 s here and a minute and a half under the
+// sanitizers) is not what these cases test, and each case calibrating on its own made the
+// sanitized suite's bad-input table last half an hour. ctest's prepared cache
+// ($RECKON_CACHE_DIR/devices.json) where there is one; else one calibration made in this process,
+// in a directory of its own. Its attempts are spent, so that one made while another test ran
+// (under load) is used as it is rather than taken again by every case.
+const std::string& prepared_cache() {
+  static const std::string text = [] {
+    fs::path file;
+    if (const char* d = std::getenv("RECKON_CACHE_DIR"); d && *d && fs::is_regular_file(fs::path(d) / "devices.json"))
+      file = fs::path(d) / "devices.json";
+    if (file.empty()) {
+      const fs::path dir = test_util::fresh_dir("badcli_cache", "prepared");
+      test_util::ScopedEnv env("RECKON_CACHE_DIR", dir.string());
+      forget_cpu_calibration();
+      device_spec("cpu");
+      forget_cpu_calibration();
+      file = dir / "devices.json";
+    }
+    try {
+      nlohmann::json j = nlohmann::json::parse(test_util::read_file(file));
+      for (auto& [key, entry] : j.at("cpus").items()) entry["attempts"] = kCalibrationAttempts;
+      return j.dump(1);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << file << ": " << e.what();
+      return std::string();
+    }
   }();
-  return file;
+  return text;
 }
 
 class BadInputCli : public ::testing::TestWithParam<Case> {};
@@ -461,10 +472,8 @@ TEST_P(BadInputCli, Case) {
   if (c.setup) c.setup(s);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   if (std::error_code ec; !fs::exists(fs::symlink_status(s / "cache" / "devices.json", ec)) &&
-                          fs::exists(prepared_cache())) {
-    fs::create_directories(s / "cache");
-    fs::copy_file(prepared_cache(), s / "cache" / "devices.json");
-  }
+                          !prepared_cache().empty())
+    put(s / "cache" / "devices.json", prepared_cache());
   std::vector<std::string> args;
   fs::path out;
   for (size_t i = 0; i < c.args.size(); ++i) {
