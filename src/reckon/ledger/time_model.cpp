@@ -246,7 +246,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           samples.push_back(std::move(s));
           best.push_back(1e30);
         }
-        // A step that ran other ops (or in another order) than the first times nothing.
+        // An op that is not the one the first step ran at this position is not timed.
         if (i < best.size() && samples[i].op == r.op && samples[i].impl == r.impl)
           best[i] = std::min(best[i], std::chrono::duration<double>(now - last).count());
         ++i;
