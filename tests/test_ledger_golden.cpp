@@ -20,6 +20,9 @@
 // image's few-channel first layer in f32 (ops/conv.h: LeNet-5's 1 -> 6, TinyCNN's 1 -> 16), so the
 // bf16 cases of those two models no longer run what the golden froze; their fp32 cases still do,
 // and every other model's bf16 cases too (tests/test_amp.cpp checks the rule itself).
+// Another: since 2026-12-06 a bf16 step runs its activations channels-last by default (optim/
+// step.h), which records its layout changes as ops; the cases here run contiguous, as the golden
+// did (tests/test_channels_last.cpp checks the channels-last step against the contiguous one).
 //
 // golden/ledger/refactor.json was written by this file's DISABLED_WriteGolden at the commit
 // before the refactor:
@@ -78,6 +81,7 @@ LedgerConfig config_of(const std::string& model, const Case& c) {
   cfg.recompute = c.recompute;
   cfg.plan_workspace = false;
   cfg.device = "h100";
+  cfg.memory_format = "contiguous";  // the layout the golden ran (see the top of the file)
   return cfg;
 }
 

@@ -38,6 +38,7 @@ struct BenchArgs {
   uint64_t seed = 0;
   std::string precision = "fp32";
   std::string conv_algo;  // "" = as set (RECKON_CONV_ALGO or auto)
+  std::string memory_format = "auto";
 };
 
 double peak_rss_mib() {
@@ -69,7 +70,8 @@ int cmd_bench_train(const BenchArgs& a) {
   const DType precision = precision_dtype(a.precision);
   std::unique_ptr<optim::GradScaler> scaler;
   if (train::grad_scaler_on("auto", precision)) scaler = std::make_unique<optim::GradScaler>();
-  train::Step step(*model, opt, scaler.get(), {.precision = precision});  // what `reckon train` runs
+  const auto layout = train::parse_activation_layout(a.memory_format);
+  train::Step step(*model, opt, scaler.get(), {.precision = precision, .layout = layout});  // what `reckon train` runs
   std::vector<double> step_s;
   double loss_v = 0;
   if (a.inference) model->eval(); else model->train();
@@ -100,6 +102,8 @@ int cmd_bench_train(const BenchArgs& a) {
                    {"model", a.model},
                    {"mode", a.inference ? "inference" : "train"},
                    {"precision", a.precision},
+                   {"memory_format", a.inference ? "contiguous"
+                                                 : (train::channels_last_for(layout, precision) ? "channels_last" : "contiguous")},
                    {"batch", a.batch},
                    {"input", in},
                    {"steps", a.steps},
@@ -128,6 +132,9 @@ tools::RegisterCommand reg_bench_train([](CLI::App& app, CLI::App*& sub) -> tool
   sub->add_option("--seed", a.seed, "random seed")->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--precision", a.precision, "fp32 | bf16 | fp16 (autocast)")->capture_default_str();
   sub->add_option("--conv-algo", a.conv_algo, "auto | direct (default: RECKON_CONV_ALGO, else auto)");
+  sub->add_option("--memory-format", a.memory_format,
+                  "auto | contiguous | channels_last: the training step's activations (auto: channels_last in bf16)")
+      ->capture_default_str();
   sub->add_flag("--inference", a.inference, "time eval-mode forward passes under no-grad instead");
   return [] { return cmd_bench_train(a); };
 });

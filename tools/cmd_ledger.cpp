@@ -25,6 +25,7 @@ struct LedgerArgs {
   int64_t accum = 1;
   bool recompute = false;
   std::string conv_algo;
+  std::string memory_format = "auto";
   std::string grad_scaler = "auto";
   std::string optimizer = "sgd";
   double momentum = 0.9;
@@ -71,6 +72,7 @@ int run(const LedgerArgs& a) {
   cfg.accum = a.accum;
   cfg.recompute = a.recompute;
   cfg.conv_algo = a.conv_algo;
+  cfg.memory_format = a.memory_format;
   cfg.grad_scaler = a.grad_scaler;
   cfg.optimizer = a.optimizer;
   cfg.momentum = a.momentum;
@@ -113,6 +115,9 @@ tools::RegisterCommand reg_ledger([](CLI::App& app, CLI::App*& sub) -> tools::Ru
   sub->add_option("--accum", a.accum, "micro-batches per optimizer step (gradient accumulation)")->capture_default_str();
   sub->add_flag("--recompute", a.recompute, "recompute each block's activations in backward");
   sub->add_option("--conv-algo", a.conv_algo, "auto | direct: the convolution algorithm (default: RECKON_CONV_ALGO, else auto)");
+  sub->add_option("--memory-format", a.memory_format,
+                  "auto | contiguous | channels_last: the step's activations (auto: channels_last in bf16)")
+      ->capture_default_str();
   sub->add_option("--grad-scaler", a.grad_scaler, "loss scaling: auto (fp16 only) | on | off")->capture_default_str();
   sub->add_option("--optimizer", a.optimizer, "sgd or adamw")->capture_default_str();
   sub->add_option("--momentum", a.momentum, "SGD momentum (0: none)")->capture_default_str();

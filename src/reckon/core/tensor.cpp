@@ -29,14 +29,20 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
+Shape channels_last_strides(const Shape& s) {
+  RK_CHECK(s.size() == 4, "[channels_last] needs a 4-D shape, got {}", shape_str(s));
+  const int64_t c = s[1], h = s[2], w = s[3];
+  return {h * w * c, 1, w * c, c};
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev, MemoryFormat format) {
   for (auto d : shape) RK_CHECK(d >= 0, "[empty] negative dimension in shape {}", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(dev, checked_mul(shape_numel(shape), int64_t(dtype_size(dtype)),
                                                         fmt::format("[empty] bytes of {}", shape_str(shape))),
                                             current_tag());
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = format == MemoryFormat::channels_last ? channels_last_strides(shape) : contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -80,6 +86,14 @@ bool Tensor::is_contiguous() const {
     if (s[i] != 1 && st[i] != acc) return false;
     acc *= s[i];
   }
+  return true;
+}
+
+bool Tensor::is_channels_last() const {
+  if (dim() != 4) return false;
+  const Shape want = channels_last_strides(shape());
+  for (size_t i = 0; i < 4; ++i)
+    if (shape()[i] != 1 && strides()[i] != want[i]) return false;
   return true;
 }
 

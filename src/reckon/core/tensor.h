@@ -20,6 +20,13 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);         // "[8, 3, 32, 32]"
 Shape contiguous_strides(const Shape& s);
+// Channels-last (NHWC in memory) strides of a 4-D NCHW shape: C varies fastest.
+Shape channels_last_strides(const Shape& s);
+
+// How a 4-D activation is laid out in memory (the shape stays N, C, H, W either way):
+// contiguous is NCHW; channels_last is NHWC, the layout oneDNN's convolutions read without a
+// reorder (PyTorch's torch.channels_last). Ops that take it say so (ops/op.h, kChannelsLast).
+enum class MemoryFormat : uint8_t { contiguous, channels_last };
 
 struct Node;  // autograd/node.h
 class Tensor;
@@ -42,6 +49,7 @@ struct TensorImpl {
 struct TensorSpec {
   Shape shape;
   DType dtype = DType::f32;
+  MemoryFormat format = MemoryFormat::contiguous;  // the dispatcher sets it (ops/dispatch.h)
 };
 
 class Tensor {
@@ -50,7 +58,8 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // Factories. Memory is tagged with current_tag() (see TagGuard).
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu,
+                      MemoryFormat format = MemoryFormat::contiguous);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
                      Device dev = Device::cpu);
@@ -73,6 +82,11 @@ class Tensor {
   Device device() const { return impl().storage->device(); }
   int64_t offset() const { return impl().offset; }
   bool is_contiguous() const;
+  // 4-D with channels-last strides (dims of size 1 ignored, as is_contiguous does: a tensor can
+  // be both).
+  bool is_channels_last() const;
+  // Channels-last and not also contiguous: the layout an op that takes both should follow.
+  bool prefers_channels_last() const { return dim() == 4 && is_channels_last() && !is_contiguous(); }
   bool is_meta() const { return device() == Device::meta; }
   Storage& storage() const { return *impl().storage; }
   const std::shared_ptr<Storage>& storage_ptr() const { return impl().storage; }

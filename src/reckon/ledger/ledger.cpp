@@ -62,6 +62,7 @@ void check_config(const LedgerConfig& cfg) {
            cfg.loader_batches, cfg.last_batch, cfg.eval_batch, cfg.eval_last_batch);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
+  train::parse_activation_layout(cfg.memory_format);  // throws naming --memory-format
   device_spec(cfg.device);  // throws naming the known devices
 }
 
@@ -208,7 +209,8 @@ std::unique_ptr<optim::GradScaler> make_scaler(const LedgerConfig& cfg) {
 // With a capture, each micro-batch's loss is marked as an output of the graph.
 int64_t train_step(nn::Module& m, optim::Optimizer& opt, optim::GradScaler* scaler, const LedgerConfig& cfg,
                    const Tensor& x, const Tensor& y, graph::Capture* cap = nullptr) {
-  train::Step step(m, opt, scaler, {.precision = precision_dtype(cfg.precision)});
+  train::Step step(m, opt, scaler,
+                   {.precision = precision_dtype(cfg.precision), .layout = train::parse_activation_layout(cfg.memory_format)});
   if (cap) step.on_loss = [cap](const Tensor& loss) { cap->mark_output(loss); };
   int64_t classes = 0;
   step.begin(x.size(0) * cfg.accum);

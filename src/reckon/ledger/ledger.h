@@ -37,6 +37,7 @@ struct LedgerConfig {
   int64_t accum = 1;                // micro-batches of `batch` per optimizer step (effective batch x accum)
   bool recompute = false;           // recompute blocks in backward (nn/recompute.h)
   std::string conv_algo;            // "auto" | "direct" (ops/conv.h); "": the process's setting
+  std::string memory_format = "auto";  // activations: auto | contiguous | channels_last (optim/step.h)
   std::string grad_scaler = "auto"; // loss scaling: auto (fp16 only), on, off
   std::string optimizer = "sgd";    // "sgd" (with momentum below) or "adamw" (PyTorch defaults)
   // Parameters not trained (fine-tuning): each a state_dict name or a module path prefix

@@ -296,7 +296,8 @@ std::string ledger_json(const Ledger& l) {
                  {"optimizer", l.config.optimizer}, {"momentum", l.config.momentum},
                  {"device", l.config.device},       {"dataset_size", l.config.dataset_size},
                  {"epochs", l.config.epochs},       {"plan_workspace", l.config.plan_workspace},
-                 {"conv_algo", l.config.conv_algo}, {"freeze", l.config.freeze}};
+                 {"conv_algo", l.config.conv_algo}, {"freeze", l.config.freeze},
+                 {"memory_format", l.config.memory_format}};
   json rows = json::array();
   for (const auto& r : l.rows)
     rows.push_back({{"scope", r.scope},

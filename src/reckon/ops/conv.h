@@ -64,8 +64,18 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 // (kernels/cpu/conv_small.h).
 bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a);
 
+// Whether a convolution of this geometry, whose activations (x, y, dy, dx) come in dtype t, runs
+// oneDNN's kernels on NHWC activations with no reorder (kernels/cpu/conv.cpp): f32 or bf16, one
+// group, on the cpu with the fast kernels allowed, and not one of reckon's own NCHW small
+// kernels. The three conv ops run channels-last when this holds and an activation prefers it.
+bool conv_takes_channels_last(const Shape& x, const Shape& w, const ConvAttrs& a, const Tensor& act);
+
 struct Conv2d {
   static constexpr std::string_view kName = "conv2d";
+  static bool channels_last(std::span<const Tensor> in, const ConvAttrs& a) {
+    return in.size() > 1 && in[0].prefers_channels_last() && conv_takes_channels_last(in[0].shape(), in[1].shape(), a, in[0]);
+  }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   static constexpr OpClass kClass = OpClass::conv;
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
   // Autocast's exception to kAmp (ops/autocast.h): an image's few-channel first layer stays f32.
@@ -92,6 +102,10 @@ struct Conv2dBackwardInput {
     Shape x_shape;
     RK_FIELDS(conv, x_shape)
   };
+  static bool channels_last(std::span<const Tensor> in, const A& a) {
+    return in.size() > 1 && in[0].prefers_channels_last() && conv_takes_channels_last(a.x_shape, in[1].shape(), a.conv, in[0]);
+  }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;
@@ -109,6 +123,12 @@ struct Conv2dBackwardWeight {
     bool with_bias = false;
     RK_FIELDS(conv, w_shape, with_bias)
   };
+  // dy and x channels-last when either prefers it; the weight gradient is OIHW either way.
+  static bool channels_last(std::span<const Tensor> in, const A& a) {
+    return in.size() > 1 && (in[0].prefers_channels_last() || in[1].prefers_channels_last()) &&
+           in[0].dtype() == in[1].dtype() && conv_takes_channels_last(in[1].shape(), a.w_shape, a.conv, in[0]);
+  }
+  static constexpr uint32_t kChannelsLastIn = 3u, kChannelsLastOut = 0u;
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;

@@ -144,6 +144,24 @@ NoGrad::~NoGrad() { t_grad_enabled = prev_; }
 EnableGrad::EnableGrad() : prev_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGrad::~EnableGrad() { t_grad_enabled = prev_; }
 
+bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask) {
+  const Tensor* lead = nullptr;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (((mask >> i) & 1u) && in[i].defined() && in[i].prefers_channels_last()) {
+      lead = &in[i];
+      break;
+    }
+  if (!lead || lead->device() == Device::cuda || force_reference()) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!((mask >> i) & 1u)) continue;
+    const Tensor& t = in[i];
+    if (!t.defined() || t.shape() != lead->shape() || t.dtype() != lead->dtype()) return false;
+  }
+  const DType d = lead->dtype();
+  return d == DType::f32 || d == DType::bf16 || d == DType::f16;
+}
+
+
 namespace detail {
 
 void check_same_device(std::string_view op, std::span<const Tensor> in, Device& dev) {
@@ -180,13 +198,21 @@ void convert(const Tensor& src, const Tensor& dst) {
   if (!Cast::cpu(ctx, std::span<const Tensor>(&src, 1), outs, {dst.dtype()}).ok)
     Cast::ref(ctx, std::span<const Tensor>(&src, 1), outs, {dst.dtype()});
 }
+
+// An f32 workspace tensor in t's layout (a channels-last call stays one: its kernel reads the
+// strides, and convert's flat loop needs both sides in one layout).
+Tensor f32_like(KernelCtx& ctx, const Tensor& t) {
+  Tensor w = ctx.workspace_tensor(t.shape(), DType::f32);
+  if (!t.prefers_channels_last()) return w;
+  return make_view(w, t.shape(), channels_last_strides(t.shape()), w.offset());
+}
 }  // namespace
 
 std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in) {
   std::vector<Tensor> r(in.begin(), in.end());
   for (auto& t : r)
     if (t.defined() && is_low_precision(t.dtype())) {
-      Tensor w = ctx.workspace_tensor(t.shape(), DType::f32);
+      Tensor w = f32_like(ctx, t);
       convert(t, w);
       t = w;
     }
@@ -196,7 +222,7 @@ std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in) {
 std::vector<Tensor> f32_outputs(KernelCtx& ctx, std::span<const Tensor> out) {
   std::vector<Tensor> r(out.begin(), out.end());
   for (auto& t : r)
-    if (t.defined() && is_low_precision(t.dtype())) t = ctx.workspace_tensor(t.shape(), DType::f32);
+    if (t.defined() && is_low_precision(t.dtype())) t = f32_like(ctx, t);
   return r;
 }
 
@@ -214,7 +240,7 @@ void note_failure(std::string_view op, std::span<const Tensor> in) {
 
 Tensor make_output(std::string_view op, const TensorSpec& spec, std::span<const Tensor> in, int alias, Device dev) {
   if (alias < 0) {
-    Tensor t = Tensor::empty(spec.shape, spec.dtype, dev);
+    Tensor t = Tensor::empty(spec.shape, spec.dtype, dev, spec.format);
     if (fill_outputs_with_nan() && dev == Device::cpu && is_floating(t.dtype())) raw_fill(t, std::nan(""));
     return t;
   }
@@ -234,7 +260,47 @@ void make_dense(std::vector<Tensor>& kin, uint32_t keep) {
   }
 }
 
+
+void make_channels_last(std::vector<Tensor>& kin, uint32_t cl, uint32_t keep) {
+  for (size_t i = 0; i < kin.size(); ++i) {
+    Tensor& t = kin[i];
+    if (!t.defined()) continue;
+    NoGrad no_grad;  // as make_dense
+    if (((cl >> i) & 1u) && t.dim() == 4) {
+      if (!t.is_channels_last()) t = call1<Contiguous>({t}, {.channels_last = true});
+    } else if (!t.is_contiguous() && !((keep >> i) & 1u)) {
+      t = call1<Contiguous>({t});
+    }
+  }
+}
+
 namespace {
+// The reference kernels read and write dense tensors (plain loops over NCHW). A channels-last
+// call whose fast kernel declined gets them on dense workspace copies, the results copied back
+// into its channels-last outputs; an op that takes strided inputs gets its tensors as they are.
+void run_ref(int id, KernelFn ref, KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
+             const void* attrs) {
+  bool dense = op_info(id).takes_strided;
+  for (auto& t : in) dense = dense && (!t.defined() || t.is_contiguous());
+  for (auto& t : out) dense = dense && (!t.defined() || t.is_contiguous());
+  if (dense || op_info(id).takes_strided) {
+    ref(ctx, in, out, attrs);
+    return;
+  }
+  std::vector<Tensor> din(in.begin(), in.end()), dout(out.begin(), out.end());
+  for (auto& t : din)
+    if (t.defined() && !t.is_contiguous()) {
+      Tensor d = ctx.workspace_tensor(t.shape(), t.dtype());
+      raw_copy(d, t);
+      t = d;
+    }
+  for (auto& t : dout)
+    if (t.defined() && !t.is_contiguous()) t = ctx.workspace_tensor(t.shape(), t.dtype());
+  ref(ctx, din, dout, attrs);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!dout[i].same(out[i])) raw_copy(out[i], dout[i]);
+}
+
 void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<const Tensor> kin,
                            std::span<Tensor> out, const void* attrs, KernelRun& run) {
   const KernelTable& table = kernel_table();
@@ -258,14 +324,14 @@ void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<co
         run_widened(ctx, kin, out, [&](std::span<const Tensor> win, std::span<Tensor> wout) {
           if (cpu && !force_reference()) wide_done = cpu(ctx, win, wout, attrs).ok;
           if (!wide_done) {
-            ref(ctx, win, wout, attrs);
+            run_ref(id, ref, ctx, win, wout, attrs);
             run.macs_counted = ctx.macs_counted();
           }
           return true;
         });
         run.kernel = wide_done ? "cpu-f32" : "ref-f32";
       } else {
-        ref(ctx, kin, out, attrs);
+        run_ref(id, ref, ctx, kin, out, attrs);
         run.kernel = "ref";
         run.macs_counted = ctx.macs_counted();
       }

@@ -12,6 +12,9 @@ namespace reckon {
 template <class F>
 struct Binary {
   static constexpr std::string_view kName = F::kName;
+  // Channels-last in, channels-last out, for two inputs of one shape (the flat loop).
+  static bool channels_last(std::span<const Tensor> in, const NoAttrs&) { return elementwise_channels_last(in, 3u); }
+  static constexpr uint32_t kChannelsLastIn = 3u, kChannelsLastOut = 1u;
   RK_OP_DECLS(NoAttrs);
   RK_OP_ONNX;
   RK_OP_REF;
@@ -68,6 +71,8 @@ struct UnaryAttrs {
 template <class F>
 struct Unary {
   static constexpr std::string_view kName = F::kName;
+  static bool channels_last(std::span<const Tensor> in, const UnaryAttrs&) { return elementwise_channels_last(in, 1u); }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   RK_OP_DECLS(UnaryAttrs);
   RK_OP_ONNX;
   RK_OP_REF;
@@ -80,6 +85,8 @@ struct UnaryBackward {
   static constexpr std::string_view kName = F::kGradName;
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
+  static bool channels_last(std::span<const Tensor> in, const UnaryAttrs&) { return elementwise_channels_last(in, 3u); }
+  static constexpr uint32_t kChannelsLastIn = 3u, kChannelsLastOut = 1u;
   RK_OP_DECLS(UnaryAttrs);
   RK_OP_REF;
   RK_OP_CPU;

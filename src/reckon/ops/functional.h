@@ -21,6 +21,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
 Tensor expand(const Tensor& x, Shape shape);        // broadcast view (stride 0)
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);  // slice view
 Tensor contiguous(const Tensor& x);                 // x itself if already contiguous
+Tensor to_channels_last(const Tensor& x);           // 4-D, NHWC in memory; x itself if already so
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor cast(const Tensor& x, DType dtype);          // x itself if already dtype
 Tensor sum_to(const Tensor& x, const Shape& shape); // reduce broadcast dims (backward of expand)

@@ -178,6 +178,13 @@ std::vector<Tensor> Dropout::backward(const BackwardArgs& b, const Attrs&) {
 }
 
 // ---- functional ----
+bool batch_norm_channels_last(std::span<const Tensor> in, uint32_t big) {
+  if (!elementwise_channels_last(in.first(std::min<size_t>(big, in.size())), (1u << big) - 1)) return false;
+  for (size_t i = big; i < in.size(); ++i)
+    if (in[i].defined() && in[i].dtype() != DType::f32) return false;
+  return true;
+}
+
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                     const Tensor& running_var, bool training, double momentum, double eps) {
   return call<BatchNorm2d>({x, weight, bias, running_mean, running_var}, {training, momentum, eps})[0];

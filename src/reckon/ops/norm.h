@@ -27,8 +27,15 @@ struct BatchNormAttrs {
 // Keeps x and weight, plus save_mean/save_invstd (training) or running_mean/running_var (eval).
 // Backward is BatchNorm2dBackward, plus the exact gradient of save_mean/save_invstd should a
 // caller use them. No MACs: every operation is elementwise or a plain sum.
+// Batch norm runs channels-last as the elementwise ops do (ops/op.h) on its first `big` inputs
+// (x; dy and x), when its per-channel tensors are f32 (the fast kernel's mixed precision):
+// kernels/cpu/norm.cpp has NHWC loops.
+bool batch_norm_channels_last(std::span<const Tensor> in, uint32_t big);
+
 struct BatchNorm2d {
   static constexpr std::string_view kName = "batch_norm2d";
+  static bool channels_last(std::span<const Tensor> in, const BatchNormAttrs&) { return batch_norm_channels_last(in, 1); }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   static constexpr AmpPolicy kAmp = AmpPolicy::keep;
   static int alias_of(int out, const BatchNormAttrs&) { return out == 3 || out == 4 ? out : -1; }
   RK_OP_DECLS(BatchNormAttrs);
@@ -45,6 +52,8 @@ struct BatchNorm2d {
 //   invstd; dweight = sum(dy * xhat), dbias = sum(dy), sums over N and S.
 struct BatchNorm2dBackward {
   static constexpr std::string_view kName = "batch_norm2d_backward";
+  static bool channels_last(std::span<const Tensor> in, const BatchNormAttrs&) { return batch_norm_channels_last(in, 2); }
+  static constexpr uint32_t kChannelsLastIn = 3u, kChannelsLastOut = 1u;
   static constexpr std::string_view kNotExportable = "backward op";
   static constexpr std::string_view kNoGradient = "backward op";
   RK_OP_DECLS(BatchNormAttrs);

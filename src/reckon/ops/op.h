@@ -16,7 +16,13 @@
 //   kClass = OpClass::conv     optional: what the ledger groups it by (conv, linear, update, write)
 //   kTakesStrided = true       optional: its kernels take strided inputs (else the dispatcher
 //                              makes them dense first, with a recorded `contiguous` op)
-// Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
+//   channels_last(in, attrs)   optional, with kChannelsLastIn / kChannelsLastOut (bit masks): true
+//                              when this call runs channels-last (NHWC, core/tensor.h), because an
+//                              input is and its fast kernel takes it. The dispatcher then makes the
+//                              inputs of kChannelsLastIn channels-last (a recorded `contiguous`
+//                              op where one is not) and allocates the outputs of kChannelsLastOut
+//                              so; other inputs are made dense, other outputs are contiguous
+//// Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
 // only code that calls them, through the per-device table generated from the one list
 // (op_list.h). This file is not an op registry: the list is op_list.h.
 #pragma once
@@ -353,6 +359,18 @@ template <class Op>
 concept HasInPlace = requires(const typename Op::Attrs& a) {
   { Op::alias_of(0, a) } -> std::same_as<int>;
 };
+template <class Op>
+concept HasChannelsLast = requires(std::span<const Tensor> in, const typename Op::Attrs& a) {
+  { Op::channels_last(in, a) } -> std::same_as<bool>;
+  { Op::kChannelsLastIn } -> std::convertible_to<uint32_t>;
+  { Op::kChannelsLastOut } -> std::convertible_to<uint32_t>;
+};
+// The one rule for an op whose kernels read and write raw buffers position by position (the
+// elementwise ones and cast): it runs channels-last when some 4-D input of `mask` prefers it and
+// every input of the mask has that input's shape (no broadcasting), dtype f32, bf16 or f16, on
+// the cpu (or meta, which plans it), with the fast kernels allowed.
+bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask);
+
 template <class Op>
 constexpr bool takes_strided() {
   if constexpr (requires { Op::kTakesStrided; })

@@ -164,8 +164,10 @@ Cost PadNarrow::cost(std::span<const Tensor> in, std::span<const TensorSpec> out
 SavedSet PadNarrow::saved(const Attrs&, NeedsGrad) { return {}; }
 
 // ---- contiguous ----
-std::vector<TensorSpec> Contiguous::infer(std::span<const Tensor> in, const Attrs&) {
-  return {in[0].spec()};
+std::vector<TensorSpec> Contiguous::infer(std::span<const Tensor> in, const Attrs& a) {
+  RK_CHECK(!a.channels_last || in[0].dim() == 4, "[contiguous] channels-last needs a 4-D tensor, got {}",
+           in[0].str());
+  return {{in[0].shape(), in[0].dtype(), a.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous}};
 }
 Cost Contiguous::cost(std::span<const Tensor> in, std::span<const TensorSpec> out, const Attrs&) {
   return {0, 0, bytes_of(in), bytes_of(out)};
@@ -291,6 +293,9 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return call1<Narrow>({x}, {dim, start, length});
 }
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : call1<Contiguous>({x}); }
+Tensor to_channels_last(const Tensor& x) {
+  return x.is_channels_last() ? x : call1<Contiguous>({x}, {.channels_last = true});
+}
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim) { return call1<Concat>(xs, {dim}); }
 Tensor cast(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : call1<Cast>({x}, {dtype}); }
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {

@@ -73,13 +73,19 @@ struct PadNarrow {
   RK_OP_REF;
 };
 
-// A dense copy of a strided x (the dispatcher inserts it before kernels that need dense inputs).
+// A dense copy of a strided x (the dispatcher inserts it before kernels that need dense inputs),
+// in NCHW, or with channels_last in NHWC (4-D x): the reorders between layouts are this op.
 struct Contiguous {
   static constexpr std::string_view kName = "contiguous";
   static constexpr bool kTakesStrided = true;
-  RK_OP_DECLS(NoAttrs);
+  struct A {
+    bool channels_last = false;
+    RK_FIELDS(channels_last)
+  };
+  RK_OP_DECLS(A);
   RK_OP_ONNX;
   RK_OP_REF;
+  RK_OP_CPU;
   RK_OP_BACKWARD;
 };
 
@@ -103,6 +109,12 @@ struct Cast {
     DType dtype = DType::f32;
     RK_FIELDS(dtype)
   };
+  // A channels-last x stays so between f32, bf16 and f16 (the fast kernel's flat loops).
+  static bool channels_last(std::span<const Tensor> in, const A& a) {
+    return (a.dtype == DType::f32 || a.dtype == DType::bf16 || a.dtype == DType::f16) &&
+           elementwise_channels_last(in, 1u);
+  }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   RK_OP_DECLS(A);
   RK_OP_ONNX;
   RK_OP_REF;

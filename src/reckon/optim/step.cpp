@@ -1,5 +1,7 @@
 #include "reckon/optim/step.h"
 
+#include <fmt/format.h>
+
 #include "reckon/nn/module.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/op.h"
@@ -11,6 +13,26 @@ namespace reckon::train {
 bool grad_scaler_on(const std::string& mode, DType precision) {
   RK_CHECK(mode == "auto" || mode == "on" || mode == "off", "--grad-scaler '{}' is not one of auto, on, off", mode);
   return mode == "on" || (mode == "auto" && precision == DType::f16);
+}
+
+ActivationLayout parse_activation_layout(const std::string& s) {
+  if (s == "auto") return ActivationLayout::automatic;
+  if (s == "contiguous") return ActivationLayout::contiguous;
+  if (s == "channels_last") return ActivationLayout::channels_last;
+  throw Error(fmt::format("--memory-format '{}' is not one of auto, contiguous, channels_last", s));
+}
+
+std::string_view activation_layout_name(ActivationLayout l) {
+  switch (l) {
+    case ActivationLayout::automatic: return "auto";
+    case ActivationLayout::contiguous: return "contiguous";
+    case ActivationLayout::channels_last: return "channels_last";
+  }
+  return "?";
+}
+
+bool channels_last_for(ActivationLayout l, DType precision) {
+  return l == ActivationLayout::channels_last || (l == ActivationLayout::automatic && precision == DType::bf16);
 }
 
 Step::Step(nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler, StepConfig cfg)
@@ -35,7 +57,8 @@ MicroResult Step::micro(const Tensor& x, const Tensor& y) {
   Tensor loss;
   {
     Autocast ac(cfg_.precision);
-    Tensor logits = model_(x);
+    const bool nhwc = x.dim() == 4 && channels_last_for(cfg_.layout, cfg_.precision);
+    Tensor logits = model_(nhwc ? to_channels_last(x) : x);
     ScopeGuard scope("(loss)");
     Tensor ce = cross_entropy(logits, y, {.label_smoothing = cfg_.label_smoothing});
     if (!ce.is_meta()) r.loss = ce.item();

@@ -30,9 +30,22 @@ namespace reckon::train {
 // --grad-scaler for another mode.
 bool grad_scaler_on(const std::string& mode, DType precision);
 
+// The activations' layout of a training step: channels_last puts the input batch in NHWC, and the
+// layers that take it (convolutions, batch norm, the elementwise ops: ops/op.h) keep it, so
+// oneDNN's convolutions read and write it without reorders; a layer that does not take it gets a
+// recorded reorder. auto: channels_last in bf16 (whose convolutions are direct), contiguous
+// otherwise (f32's Winograd convolutions want oneDNN's blocked layout either way).
+enum class ActivationLayout : uint8_t { automatic, contiguous, channels_last };
+// "auto", "contiguous" or "channels_last" (--memory-format); throws naming the flag for others.
+ActivationLayout parse_activation_layout(const std::string& s);
+std::string_view activation_layout_name(ActivationLayout l);
+// Whether a step at this precision runs channels-last.
+bool channels_last_for(ActivationLayout l, DType precision);
+
 struct StepConfig {
   DType precision = DType::f32;  // f32: no autocast; bf16 or f16: autocast to it
   double label_smoothing = 0.0;
+  ActivationLayout layout = ActivationLayout::automatic;
 };
 
 struct MicroResult {

@@ -128,6 +128,7 @@ void validate(const TrainConfig& c) {
   grad_scaler_on(c.grad_scaler, precision_dtype(c.precision));  // throws naming --grad-scaler
   RK_CHECK(c.max_memory >= 0, "--max-memory must be >= 0 bytes (got {})", c.max_memory);
   if (!c.conv_algo.empty()) parse_conv_algorithm(c.conv_algo, "--conv-algo");
+  parse_activation_layout(c.memory_format);  // throws naming --memory-format
 }
 
 optim::OptimizerSpec optimizer_spec(const TrainConfig& c) {

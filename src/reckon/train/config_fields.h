@@ -47,6 +47,10 @@ RK_TRAIN_FIELD(bool, recompute, false, numbers_or_default, flag,
 RK_TRAIN_FIELD(std::string, conv_algo, "", run, option_no_default,
                "auto | direct: convolution algorithm (direct: no Winograd workspace; default: RECKON_CONV_ALGO, "
                "else auto)")
+// The activations' layout (optim/step.h ActivationLayout): "auto" (channels_last in bf16),
+// "contiguous", "channels_last". Came after format 1's checkpoints: "auto" when absent.
+RK_TRAIN_FIELD(std::string, memory_format, "auto", run, option,
+               "auto | contiguous | channels_last: the activations' layout (auto: channels_last in bf16)")
 // Dynamic loss scaling (optim/grad_scaler.h): "auto" (on for fp16 only), "on", "off".
 RK_TRAIN_FIELD(std::string, grad_scaler, "auto", numbers_or_default, option,
                "dynamic loss scaling: auto (fp16 only) | on | off")

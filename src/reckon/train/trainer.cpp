@@ -230,7 +230,8 @@ void build(Run& r) {
   if (grad_scaler_on(cfg.grad_scaler, precision_dtype(cfg.precision))) r.scaler = std::make_unique<optim::GradScaler>();
   r.step = std::make_unique<Step>(*r.model, *r.opt, r.scaler.get(),
                                   StepConfig{.precision = precision_dtype(cfg.precision),
-                                             .label_smoothing = cfg.label_smoothing});
+                                             .label_smoothing = cfg.label_smoothing,
+                                             .layout = parse_activation_layout(cfg.memory_format)});
 }
 
 // Where the output files of a resumed run stood at its checkpoint.
@@ -317,6 +318,7 @@ void predict_run(Run& r) {
   lc.accum = cfg.accum;
   lc.recompute = cfg.recompute;
   lc.conv_algo = conv_algorithm() == ConvAlgorithm::direct ? "direct" : "auto";
+  lc.memory_format = cfg.memory_format;
   lc.grad_scaler = cfg.grad_scaler;
   lc.optimizer = cfg.optimizer == "sgd" ? "sgd" : "adamw";  // adam's state is adamw's
   lc.momentum = cfg.optimizer == "sgd" ? cfg.momentum : 0.0;

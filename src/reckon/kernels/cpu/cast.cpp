@@ -3,7 +3,10 @@
 // bf16 <-> f16 goes through f32, exactly as the reference), f32 <-> f64, and a copy when the
 // dtypes are equal. Vectorised loops, split across threads with OpenMP for large tensors.
 // Other pairs (integers, f64 <-> bf16/f16) are declined to the reference kernel.
+// Also the layout copies (contiguous, channels-last) of 4-D f32/bf16 tensors, by oneDNN's reorder.
 #include <cstring>
+
+#include "reckon/kernels/cpu/dnnl_common.h"
 
 #include "reckon/kernels/cpu/lowp.h"
 #include "reckon/ops/dispatch.h"
@@ -57,6 +60,24 @@ Support Cast::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out,
       return Support::yes();
     });
   });
+}
+
+// A 4-D f32 or bf16 tensor from one layout into another (NCHW <-> NHWC, or any positive strides
+// into either): oneDNN's reorder, which transposes in cache-sized tiles. Others: the reference.
+Support Contiguous::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  if (x.dim() != 4 || (x.dtype() != DType::f32 && x.dtype() != DType::bf16) || x.numel() == 0)
+    return Support::no("not a 4-D f32 or bf16 tensor: the reference");
+  for (auto st : x.strides())
+    if (st <= 0) return Support::no("a broadcast or reversed stride: the reference");
+  using dnnl_util::dims_of;
+  const auto t = dnnl_util::dt(x.dtype());
+  dnnl::memory src(dnnl::memory::desc(dims_of(x.shape()), t, dims_of(x.strides())), dnnl_util::engine(), x.raw_data());
+  dnnl::memory dst(dnnl::memory::desc(dims_of(y.shape()), t, dims_of(y.strides())), dnnl_util::engine(), y.raw_data());
+  dnnl::reorder(src, dst).execute(dnnl_util::stream(), src, dst);
+  dnnl_util::stream().wait();
+  return Support::yes();
 }
 
 }  // namespace reckon

@@ -1,9 +1,12 @@
 // oneDNN convolution: forward, backward data, backward weights (+ bias), f32 and bf16; f16
 // calls run the f32 kernels on f32 copies (run_in_f32: this cpu has no f16 arithmetic, and
 // oneDNN 2.6's converting f16 reorders are about 5x slower than converting first).
-// User tensors are plain NCHW / OIHW; the primitive picks its own layouts (format `any`) and
-// we reorder in and out through workspace buffers, since the blocked jit kernels beat any
-// plain-layout kernel by far on AVX-512. Plans are built once per shape (and algorithm) and
+// Weights are OIHW. Activations come NCHW or channels-last (NHWC). NCHW ones: the primitive picks
+// its own layouts (format `any`, oneDNN's blocked ones) and we reorder in and out through
+// workspace buffers, since the blocked jit kernels beat the plain-NCHW ones by far on AVX-512.
+// NHWC ones (a call that runs channels-last, ops/conv.h): the primitive is planned on NHWC, which
+// its jit kernels read as they are (measured here at resnet18_cifar's shapes in bf16, batch 128:
+// within 5% of the blocked kernels' time, either way), so activations are never reordered. Plans are built once per shape (and algorithm) and
 // reused. The algorithm is oneDNN's `convolution_auto` unless the call's ConvAttrs::algo says direct:
 // oneDNN 2.6 then picks Winograd F(4x4, 3x3) for most 3x3 stride-1 f32 convolutions, 1.5x
 // faster end to end on resnet18_cifar training here.
@@ -54,10 +57,16 @@ ConvGeo conv_geo(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs
   return g;
 }
 
-std::string conv_key(const char* kind, const Shape& x, const Shape& w, const ConvAttrs& a, DType t, bool bias) {
-  return fmt::format("{}:{}:{}:{},{},{},{},{},{},{}:{}:{}:{}", kind, shape_str(x), shape_str(w), a.stride[0],
+// The activations' layout of a call: NHWC when it runs channels-last, else oneDNN's choice.
+tag act_tag(bool channels_last) { return channels_last ? tag::nhwc : tag::any; }
+// The user activations' layout.
+tag user_tag(bool channels_last) { return channels_last ? tag::nhwc : tag::nchw; }
+
+std::string conv_key(const char* kind, const Shape& x, const Shape& w, const ConvAttrs& a, DType t, bool bias,
+                     bool channels_last) {
+  return fmt::format("{}:{}:{}:{},{},{},{},{},{},{}:{}:{}:{}:{}", kind, shape_str(x), shape_str(w), a.stride[0],
                      a.stride[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups, int(t), bias,
-                     conv_algorithm_name(a.algo));
+                     conv_algorithm_name(a.algo), channels_last ? "nhwc" : "any");
 }
 
 dnnl::algorithm algorithm(const ConvAttrs& a) {
@@ -124,15 +133,15 @@ void depthwise_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Te
 }
 
 dnnl::convolution_forward::primitive_desc fwd_pd(const ConvGeo& g, memory::data_type t, bool bias,
-                                                 const ConvAttrs& a) {
-  auto any = tag::any;
+                                                 const ConvAttrs& a, bool channels_last) {
+  auto any = tag::any, act = act_tag(channels_last);
   auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(a),
-                                                  memory::desc(g.x, t, any), memory::desc(g.w, t, any),
-                                                  memory::desc(g.b, t, tag::a), memory::desc(g.y, t, any),
+                                                  memory::desc(g.x, t, act), memory::desc(g.w, t, any),
+                                                  memory::desc(g.b, t, tag::a), memory::desc(g.y, t, act),
                                                   g.stride, g.dil, g.pad_l, g.pad_r)
                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm(a),
-                                                  memory::desc(g.x, t, any), memory::desc(g.w, t, any),
-                                                  memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r);
+                                                  memory::desc(g.x, t, act), memory::desc(g.w, t, any),
+                                                  memory::desc(g.y, t, act), g.stride, g.dil, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, default_attr(), engine());
 }
 
@@ -167,6 +176,13 @@ void reorder_out(KernelCtx& ctx, const memory& from, const memory& user) {
 }
 }  // namespace
 
+bool conv_takes_channels_last(const Shape& x, const Shape& w, const ConvAttrs& a, const Tensor& act) {
+  const DType d = act.dtype();
+  return act.device() != Device::cuda && !force_reference() && (d == DType::f32 || d == DType::bf16) &&
+         a.groups == 1 && x.size() == 4 && w.size() == 4 && !conv_small::applies(x, w, a, d) &&
+         !(d == DType::bf16 && conv_small::first_layer(x, w, a));
+}
+
 Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (in[0].dtype() == DType::f16)
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
@@ -183,15 +199,16 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
   if (Support s = check(x, g); !s.ok) return s;
   auto t = dt(x.dtype());
+  const bool cl = channels_last(in, a);
   static PlanCache<FwdPlan> cache;
-  auto* plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias), [&] {
-    auto pd = fwd_pd(g, t, bias, a);
+  auto* plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias, cl), [&] {
+    auto pd = fwd_pd(g, t, bias, a, cl);
     return FwdPlan{pd, dnnl::convolution_forward(pd), pd.impl_info_str()};
   });
   if (!plan) return Support::no(kNoDnnlImpl);
-  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory xu(memory::desc(g.x, t, user_tag(cl)), engine(), x.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
-  memory yu(memory::desc(g.y, t, tag::nchw), engine(), y.raw_data());
+  memory yu(memory::desc(g.y, t, user_tag(cl)), engine(), y.raw_data());
   Tensor hx, hw, hy;
   memory xm = reorder_to(ctx, xu, plan->pd.src_desc(), hx);
   memory wm = reorder_to(ctx, wu, plan->pd.weights_desc(), hw);
@@ -223,20 +240,21 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
+  const bool cl = channels_last(in, a);
   static PlanCache<BwdDataPlan> cache;
-  auto* plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false), [&] {
-    auto hint = fwd_pd(g, t, false, a.conv);
-    auto any = tag::any;
-    dnnl::convolution_backward_data::desc d(algorithm(a.conv), memory::desc(g.x, t, any),
-                                            memory::desc(g.w, t, any), memory::desc(g.y, t, any), g.stride,
+  auto* plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false, cl), [&] {
+    auto hint = fwd_pd(g, t, false, a.conv, cl);
+    auto any = tag::any, act = act_tag(cl);
+    dnnl::convolution_backward_data::desc d(algorithm(a.conv), memory::desc(g.x, t, act),
+                                            memory::desc(g.w, t, any), memory::desc(g.y, t, act), g.stride,
                                             g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_data::primitive_desc(d, default_attr(), engine(), hint);
     return BwdDataPlan{pd, dnnl::convolution_backward_data(pd), pd.impl_info_str()};
   });
   if (!plan) return Support::no(kNoDnnlImpl);
-  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
+  memory dyu(memory::desc(g.y, t, user_tag(cl)), engine(), dy.raw_data());
   memory wu(memory::desc(g.w_user, t, g.w_tag), engine(), w.raw_data());
-  memory dxu(memory::desc(g.x, t, tag::nchw), engine(), dx.raw_data());
+  memory dxu(memory::desc(g.x, t, user_tag(cl)), engine(), dx.raw_data());
   Tensor hdy, hw, hdx;
   memory dym = reorder_shared(ctx, dy, dyu, plan->pd.diff_dst_desc(), hdy);
   memory wm = reorder_to(ctx, wu, plan->pd.weights_desc(), hw);
@@ -267,16 +285,17 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
+  const bool cl = channels_last(in, a);
   static PlanCache<BwdWeightPlan> cache;
-  auto* plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias), [&] {
-    auto hint = fwd_pd(g, t, a.with_bias, a.conv);
-    auto any = tag::any;
+  auto* plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias, cl), [&] {
+    auto hint = fwd_pd(g, t, a.with_bias, a.conv, cl);
+    auto any = tag::any, act = act_tag(cl);
     auto d = a.with_bias
-                 ? dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, any),
+                 ? dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, act),
                                                             memory::desc(g.w, t, any), memory::desc(g.b, t, tag::a),
-                                                            memory::desc(g.y, t, any), g.stride, g.dil, g.pad_l, g.pad_r)
-                 : dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, any),
-                                                            memory::desc(g.w, t, any), memory::desc(g.y, t, any),
+                                                            memory::desc(g.y, t, act), g.stride, g.dil, g.pad_l, g.pad_r)
+                 : dnnl::convolution_backward_weights::desc(algorithm(a.conv), memory::desc(g.x, t, act),
+                                                            memory::desc(g.w, t, any), memory::desc(g.y, t, act),
                                                             g.stride, g.dil, g.pad_l, g.pad_r);
     auto pd = dnnl::convolution_backward_weights::primitive_desc(d, default_attr(), engine(), hint);
     return BwdWeightPlan{pd, dnnl::convolution_backward_weights(pd), pd.impl_info_str()};
@@ -291,8 +310,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
       return Support::yes();
     });
   }
-  memory dyu(memory::desc(g.y, t, tag::nchw), engine(), dy.raw_data());
-  memory xu(memory::desc(g.x, t, tag::nchw), engine(), x.raw_data());
+  memory dyu(memory::desc(g.y, t, user_tag(cl)), engine(), dy.raw_data());
+  memory xu(memory::desc(g.x, t, user_tag(cl)), engine(), x.raw_data());
   memory dwu(memory::desc(g.w_user, t, g.w_tag), engine(), dw.raw_data());
   Tensor hdy, hx, hdw;
   memory dym = reorder_shared(ctx, dy, dyu, plan->pd.diff_dst_desc(), hdy);

@@ -313,11 +313,109 @@ void batch_norm2d(std::span<const Tensor> in, std::span<Tensor> out, const Batch
     }
   }
 }
+
+// Channels-last (NHWC) batch norm: the M = N x H x W positions are rows of C values, so every pass
+// runs along rows with the channels in the vector lanes. Sums: each thread takes a static share
+// of the rows and sums them per channel in double; the shares are added in thread order. Then the
+// f32 formulas of the NCHW kernels (channel_scale_shift, channel_dx), so the results agree with
+// them to the sums' rounding.
+struct Rows {
+  int64_t m, c;  // positions, channels
+};
+Rows rows(const Tensor& x) { return {x.size(0) * x.size(2) * x.size(3), x.size(1)}; }
+
+// acc[c] = sum over rows r of f(r, c), in double; f returns float.
+template <class F>
+void row_sums(const Rows& g, double* acc, F&& f) {
+  const int nt = g.m * g.c > kParallelMin ? omp_get_max_threads() : 1;
+  std::vector<double> part(static_cast<size_t>(nt * g.c), 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t r0 = g.m * t / n, r1 = g.m * (t + 1) / n;
+    double* pa = part.data() + int64_t(t) * g.c;
+    for (int64_t r = r0; r < r1; ++r) {
+#pragma omp simd
+      for (int64_t c = 0; c < g.c; ++c) pa[c] += double(f(r, c));
+    }
+  }
+  std::fill_n(acc, g.c, 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (int64_t c = 0; c < g.c; ++c) acc[c] += part[size_t(t * g.c + c)];
+}
+
+template <class T>
+void batch_norm2d_nhwc(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
+  const Rows g = rows(in[0]);
+  const BnForward<T> p(in, out, a);
+  std::vector<double> sum(static_cast<size_t>(g.c), 0.0), sq(static_cast<size_t>(g.c), 0.0);
+  std::vector<float> mf(static_cast<size_t>(g.c)), scale(static_cast<size_t>(g.c)), shift(static_cast<size_t>(g.c));
+  const T* x = p.x;
+  const int64_t C = g.c;
+  if (a.training) {
+    row_sums(g, sum.data(), [x, C](int64_t r, int64_t c) { return load(x[r * C + c]); });
+    for (int64_t c = 0; c < C; ++c) mf[size_t(c)] = float(sum[size_t(c)] / double(g.m));
+    const float* m = mf.data();
+    row_sums(g, sq.data(), [x, C, m](int64_t r, int64_t c) {
+      const float d = load(x[r * C + c]) - m[c];
+      return d * d;
+    });
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    const std::pair<float, float> ss = channel_scale_shift(p, c, a, g.m, sum[size_t(c)] / double(g.m), sq[size_t(c)]);
+    scale[size_t(c)] = ss.first;
+    shift[size_t(c)] = ss.second;
+  }
+  const float *sc = scale.data(), *sh = shift.data();
+  T* y = p.y;
+#pragma omp parallel for schedule(static) if (g.m * g.c > kParallelMin)
+  for (int64_t r = 0; r < g.m; ++r) {
+    const T* xr = x + r * C;
+    T* yr = y + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = store<T>(load(xr[c]) * sc[c] + sh[c]);
+  }
+}
+
+template <class T>
+void batch_norm2d_backward_nhwc(std::span<const Tensor> in, std::span<Tensor> out, const BatchNormAttrs& a) {
+  const Rows g = rows(in[1]);
+  const BnBackward<T> p(in, out);
+  const int64_t C = g.c;
+  std::vector<double> sum_dy(static_cast<size_t>(C)), dot(static_cast<size_t>(C));
+  std::vector<float> scale(static_cast<size_t>(C)), gm(static_cast<size_t>(C)), k(static_cast<size_t>(C));
+  const T *dy = p.dy, *x = p.x;
+  const float* mean = p.mean;
+  row_sums(g, sum_dy.data(), [dy, C](int64_t r, int64_t c) { return load(dy[r * C + c]); });
+  row_sums(g, dot.data(), [dy, x, mean, C](int64_t r, int64_t c) {
+    return load(dy[r * C + c]) * (load(x[r * C + c]) - mean[c]);
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    const ChannelDx cd = channel_dx(p, c, a, g.m, sum_dy[size_t(c)], dot[size_t(c)]);
+    scale[size_t(c)] = cd.scale;
+    gm[size_t(c)] = cd.gm;
+    k[size_t(c)] = cd.k;
+  }
+  const float *sc = scale.data(), *g_m = gm.data(), *kk = k.data();
+  T* dx = p.dx;
+#pragma omp parallel for schedule(static) if (g.m * g.c > kParallelMin)
+  for (int64_t r = 0; r < g.m; ++r) {
+    const T* dr = dy + r * C;
+    const T* xr = x + r * C;
+    T* o = dx + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = store<T>((load(dr[c]) - g_m[c] - (load(xr[c]) - mean[c]) * kk[c]) * sc[c]);
+  }
+}
 }  // namespace
 
 Support BatchNorm2d::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const bool nhwc = channels_last(in, a);
   return lowp::visit(bn_dtype(in, out, 1), [&]<class T>() {
-    batch_norm2d<T>(in, out, a);
+    if (nhwc)
+      batch_norm2d_nhwc<T>(in, out, a);
+    else
+      batch_norm2d<T>(in, out, a);
     return Support::yes();
   });
 }
@@ -354,8 +452,12 @@ void batch_norm2d_backward(std::span<const Tensor> in, std::span<Tensor> out, co
 }  // namespace
 
 Support BatchNorm2dBackward::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const bool nhwc = channels_last(in, a);
   return lowp::visit(bn_dtype(in, out, 2), [&]<class T>() {
-    batch_norm2d_backward<T>(in, out, a);
+    if (nhwc)
+      batch_norm2d_backward_nhwc<T>(in, out, a);
+    else
+      batch_norm2d_backward<T>(in, out, a);
     return Support::yes();
   });
 }

@@ -26,6 +26,10 @@ void PadNarrow::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
 void Contiguous::ref(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor& t = in[0];
   Tensor& r = out[0];
+  if (!r.is_contiguous()) {  // a channels-last result: element by element
+    raw_copy(r, t);
+    return;
+  }
   if (t.is_contiguous()) {
     std::memcpy(r.raw_data(), t.raw_data(), size_t(r.nbytes()));
     return;
