@@ -6,6 +6,18 @@
 
 namespace reckon {
 
+bool max_pool_channels_last(std::span<const Tensor> in, uint32_t floats) {
+  bool any = false;
+  for (size_t i = 0; i < in.size(); ++i) any = any || (in[i].defined() && in[i].prefers_channels_last());
+  if (!any || in[0].device() == Device::cuda || force_reference()) return false;
+  for (size_t i = 0; i < in.size(); ++i)
+    if ((floats >> i) & 1u) {
+      const DType d = in[i].dtype();
+      if (d != DType::f32 && d != DType::bf16 && d != DType::f16) return false;
+    }
+  return true;
+}
+
 Shape pool_out_shape(std::string_view op, const Shape& x, const PoolAttrs& a, bool allow_dilation) {
   RK_CHECK(x.size() == 4, "[{}] x must be (N, C, H, W), got {}", op, shape_str(x));
   RK_CHECK(allow_dilation || (a.dilation[0] == 1 && a.dilation[1] == 1),

@@ -32,9 +32,16 @@ Shape pool_out_shape(std::string_view op, const Shape& x, const PoolAttrs& a, bo
 inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
 inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
 
+// Max pooling runs channels-last (kernels/cpu/pool.cpp has NHWC loops) when an input of it
+// prefers it and the inputs of `floats` are f32, bf16 or f16, on the cpu with the fast kernels
+// allowed; its indices are then channels-last too.
+bool max_pool_channels_last(std::span<const Tensor> in, uint32_t floats);
+
 // in = x -> y (N, C, HO, WO), indices (N, C, HO, WO) i64. The autograd node keeps indices only.
 struct MaxPool2d {
   static constexpr std::string_view kName = "max_pool2d";
+  static bool channels_last(std::span<const Tensor> in, const PoolAttrs&) { return max_pool_channels_last(in, 1u); }
+  static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 3u;
   RK_OP_DECLS(PoolAttrs);
   RK_OP_ONNX;
   RK_OP_REF;
@@ -52,6 +59,8 @@ struct MaxPool2dBackward {
     Shape x_shape;
     RK_FIELDS(x_shape)
   };
+  static bool channels_last(std::span<const Tensor> in, const A&) { return max_pool_channels_last(in, 1u); }
+  static constexpr uint32_t kChannelsLastIn = 3u, kChannelsLastOut = 1u;
   RK_OP_DECLS(A);
   RK_OP_REF;
   RK_OP_CPU;

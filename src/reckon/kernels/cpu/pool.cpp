@@ -270,12 +270,59 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
     }
   }
 }
+
+// Channels-last (NHWC) max pooling: each output position's window is a few rows of C values, the
+// channels in the vector lanes; the reference's rule (first maximum, a NaN takes the slot, the
+// window's first tap inside the input when nothing beats -inf) and its indices (ih * W + iw, per
+// plane), so both layouts give the same values and indices.
+template <class T>
+void max_pool2d_nhwc(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const PoolAttrs& a) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t HO = out[0].size(2), WO = out[0].size(3);
+  const int64_t kh = a.kernel[0], kw = a.kernel[1], sh = a.stride[0], sw = a.stride[1];
+  const int64_t ph = a.padding[0], pw = a.padding[1], dh = a.dilation[0], dw = a.dilation[1];
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
+  int64_t* pi = out[1].data<int64_t>();
+  float* bufs = ctx.scratch<float>(int64_t(omp_get_max_threads()) * C);
+  const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static) if (N * HO * WO * C * kh * kw > (1 << 15))
+  for (int64_t q = 0; q < N * HO * WO; ++q) {
+    const int64_t n = q / (HO * WO), oh = (q / WO) % HO, ow = q % WO;
+    int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
+    const int64_t h1 = std::min(h0 + (kh - 1) * dh + 1, H), w1 = std::min(w0 + (kw - 1) * dw + 1, W);
+    while (h0 < 0) h0 += dh;
+    while (w0 < 0) w0 += dw;
+    float* m = bufs + int64_t(omp_get_thread_num()) * C;
+    int64_t* ir = pi + q * C;
+    std::fill_n(m, C, ninf);
+    std::fill_n(ir, C, h0 * W + w0);
+    for (int64_t ih = h0; ih < h1; ih += dh)
+      for (int64_t iw = w0; iw < w1; iw += dw) {
+        const T* xr = px + ((n * H + ih) * W + iw) * C;
+        const int64_t at = ih * W + iw;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = load(xr[c]);
+          const bool take = v > m[c] || v != v;
+          m[c] = take ? v : m[c];
+          ir[c] = take ? at : ir[c];
+        }
+      }
+    T* yr = py + q * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = store<T>(m[c]);
+  }
+}
 }  // namespace
 
 Support MaxPool2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (out[0].dtype() != in[0].dtype()) return Support::no("y's dtype differs from x's");
+  const bool nhwc = channels_last(in, a);
   return lowp::visit(in[0].dtype(), [&]<class T>() {
-    max_pool2d<T>(ctx, in[0], out, a);
+    if (nhwc)
+      max_pool2d_nhwc<T>(ctx, in[0], out, a);
+    else
+      max_pool2d<T>(ctx, in[0], out, a);
     return Support::yes();
   });
 }
@@ -304,12 +351,42 @@ bool max_pool2d_backward(KernelCtx& ctx, const Tensor& dy, const Tensor& idx, Te
   }
   return !bad;
 }
+
+// NHWC: dy (N, HO, WO, C) added into dx (N, H, W, C) at each index's position; one sample a
+// thread (windows overlap within a sample), summed in f32 and rounded once for bf16/f16.
+template <class T>
+bool max_pool2d_backward_nhwc(KernelCtx& ctx, const Tensor& dy, const Tensor& idx, Tensor& dx, const Shape& xs) {
+  const int64_t N = xs[0], C = xs[1], HW = xs[2] * xs[3];
+  const int64_t per = dy.size(2) * dy.size(3);
+  const int64_t* pi = idx.data<int64_t>();
+  const T* pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  float* f32_samples = f32_buffers<T>(ctx, HW * C);
+  bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (N * HW * C > (1 << 15))
+  for (int64_t n = 0; n < N; ++n) {
+    float* d = f32_out(pdx + n * HW * C, f32_samples, HW * C);
+    std::fill_n(d, HW * C, 0.f);
+    for (int64_t j = 0; j < per; ++j) {
+      const int64_t* ir = pi + (n * per + j) * C;
+      const T* g = pdy + (n * per + j) * C;
+      for (int64_t c = 0; c < C; ++c) {
+        if (uint64_t(ir[c]) < uint64_t(HW)) d[ir[c] * C + c] += load(g[c]);
+        else bad = true;
+      }
+    }
+    round_out(d, pdx + n * HW * C, HW * C);
+  }
+  return !bad;
+}
 }  // namespace
 
 Support MaxPool2dBackward::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   if (out[0].dtype() != in[0].dtype()) return Support::no("dx's dtype differs from dy's");
+  const bool nhwc = channels_last(in, a);
   return lowp::visit(in[0].dtype(), [&]<class T>() {
-    RK_CHECK(max_pool2d_backward<T>(ctx, in[0], in[1], out[0], a.x_shape),
+    RK_CHECK(nhwc ? max_pool2d_backward_nhwc<T>(ctx, in[0], in[1], out[0], a.x_shape)
+                  : max_pool2d_backward<T>(ctx, in[0], in[1], out[0], a.x_shape),
              "[max_pool2d_backward] an index is out of range for a plane of {} (x: {})", a.x_shape[2] * a.x_shape[3],
              shape_str(a.x_shape));
     return Support::yes();
