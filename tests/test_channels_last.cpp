@@ -15,6 +15,7 @@
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/norm.h"
+#include "reckon/ops/pool.h"
 #include "reckon/ops/shape_ops.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/step.h"
@@ -144,13 +145,18 @@ TEST(ChannelsLast, ConvolutionsReadAndWriteItWithoutReorders) {
 }
 
 TEST(ChannelsLast, SmallKernelsAndF16StayNchw) {
-  // LeNet's 1 -> 6 layer runs reckon's own NCHW kernel: a channels-last input is reordered for it
-  // (a recorded op), and its output is contiguous.
-  Tensor x = to_channels_last(rnd({2, 1, 28, 28}, 7)), w = rnd({6, 1, 5, 5}, 8);
+  // A 3 -> 6 layer runs reckon's own NCHW kernel: a channels-last input is reordered for it (a
+  // recorded op), and its output is contiguous.
+  Tensor x0 = rnd({2, 3, 28, 28}, 7), w = rnd({6, 3, 5, 5}, 8);
+  Tensor x = to_channels_last(x0);
   Tensor y;
   Recorded rec = record([&] { y = conv2d(x, w); });
   EXPECT_TRUE(y.is_contiguous());
-  EXPECT_EQ(rec.to_contiguous, 0) << "1 channel: NHWC and NCHW are the same memory";
+  EXPECT_EQ(rec.to_contiguous, 1);
+  EXPECT_LT(max_rel_diff(y, conv2d(x0, w)), 1e-6);
+  // One channel: NHWC and NCHW are the same memory, nothing to reorder.
+  Tensor g = rnd({2, 1, 28, 28}, 7);
+  EXPECT_TRUE(to_channels_last(g).same(g));
   Tensor x3 = to_channels_last(rnd({2, 3, 8, 8}, 9, DType::f16)), w3 = rnd({16, 3, 3, 3}, 10, DType::f16);
   rec = record([&] { y = conv2d(x3, w3); });
   EXPECT_TRUE(y.is_contiguous());
@@ -161,9 +167,10 @@ TEST(ChannelsLast, BatchNormTrainingAndEvalMatchNchw) {
   for (DType t : {DType::f32, DType::bf16}) {
     for (bool training : {true, false}) {
       SCOPED_TRACE(fmt::format("{} training {}", dtype_name(t), training));
-      const Shape xs{6, 24, 7, 9};
-      Tensor x = rnd(xs, 11, t, -2, 3), w = rnd({24}, 12), b = rnd({24}, 13);
-      Tensor rm = rnd({24}, 14, DType::f32, -0.5, 0.5), rv = rnd({24}, 15, DType::f32, 0.5, 2);
+      for (const Shape& xs : {Shape{6, 24, 7, 9}, Shape{8, 32, 16, 16}}) {  // short rows; threads
+      SCOPED_TRACE(shape_str(xs));
+      Tensor x = rnd(xs, 11, t, -2, 3), w = rnd({xs[1]}, 12), b = rnd({xs[1]}, 13);
+      Tensor rm = rnd({xs[1]}, 14, DType::f32, -0.5, 0.5), rv = rnd({xs[1]}, 15, DType::f32, 0.5, 2);
       Tensor rm2 = contiguous(cast(rm, DType::f64)), rv2 = contiguous(cast(rv, DType::f64));
       rm2 = cast(rm2, DType::f32);
       rv2 = cast(rv2, DType::f32);
@@ -186,6 +193,7 @@ TEST(ChannelsLast, BatchNormTrainingAndEvalMatchNchw) {
       EXPECT_LT(max_rel_diff(gcl[0], g[0]), tolerance(t));
       EXPECT_LT(max_rel_diff(gcl[1], g[1]), 1e-4);
       EXPECT_LT(max_rel_diff(gcl[2], g[2]), 1e-4);
+      }
     }
   }
 }
@@ -212,14 +220,71 @@ TEST(ChannelsLast, ElementwiseFollowsAndMixedInputsJoinIt) {
   EXPECT_EQ(s.to_vector(), add(a, bias).to_vector());
 }
 
+TEST(ChannelsLast, F16KeepsItAndStridedLowPrecisionCopiesStayRight) {
+  // f16: the elementwise ops and batch norm take it natively.
+  Tensor a = rnd({2, 16, 5, 5}, 50, DType::f16);
+  Tensor r = relu(to_channels_last(a));
+  EXPECT_TRUE(r.prefers_channels_last());
+  EXPECT_EQ(r.to_vector(), relu(a).to_vector());
+  Tensor w = rnd({16}, 51), b = rnd({16}, 52);
+  Tensor bn = batch_norm2d(to_channels_last(a), w, b, Tensor(), Tensor(), true);
+  EXPECT_TRUE(bn.prefers_channels_last());
+  EXPECT_LT(max_rel_diff(bn, batch_norm2d(a, w, b, Tensor(), Tensor(), true)), 2e-3);
+  // A bf16 copy of a transposed matrix: `contiguous` computes it in f32 on widened copies, which
+  // must follow the strides (not the flat order).
+  Tensor m = rnd({6, 4}, 53, DType::bf16);
+  Tensor t = contiguous(permute(m, {1, 0}));
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) ASSERT_EQ(t.get(i * 6 + j), m.get(j * 4 + i)) << i << "," << j;
+}
+
 TEST(ChannelsLast, OpsWithoutItGetOneRecordedReorder) {
   Tensor x = rnd({2, 16, 8, 8}, 20);
   Tensor y;
-  Recorded rec = record([&] { y = max_pool2d(to_channels_last(x), {}); });
+  Pool2dArgs p;
+  p.kernel = {2, 2};
+  Recorded rec = record([&] { y = avg_pool2d(to_channels_last(x), p); });
   EXPECT_TRUE(y.is_contiguous());
   EXPECT_EQ(rec.to_channels_last, 1);
-  EXPECT_EQ(rec.to_contiguous, 1) << "max pooling reads NCHW";
-  EXPECT_EQ(y.to_vector(), max_pool2d(x, {}).to_vector());
+  EXPECT_EQ(rec.to_contiguous, 1) << "average pooling reads NCHW";
+  EXPECT_EQ(y.to_vector(), avg_pool2d(x, p).to_vector());
+}
+
+TEST(ChannelsLast, MaxPoolingGivesTheSameValuesAndIndices) {
+  struct Case {
+    Shape x;
+    PoolAttrs a;
+  };
+  std::vector<Case> cases = {
+      {{2, 16, 8, 8}, {}},                                                       // 2x2/2
+      {{2, 24, 13, 13}, {.kernel = {3, 3}, .stride = {2, 2}}},                   // AlexNet's 3x3/2
+      {{3, 8, 9, 7}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}},
+      {{2, 5, 10, 10}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}}},
+  };
+  for (DType t : {DType::f32, DType::bf16})
+    for (const auto& c : cases) {
+      SCOPED_TRACE(fmt::format("{} {} kernel {}x{}", dtype_name(t), shape_str(c.x), c.a.kernel[0], c.a.kernel[1]));
+      Tensor x = rnd(c.x, 40, t);
+      x.set(3, std::nan(""));  // a NaN takes its window, in both layouts
+      Tensor xcl = to_channels_last(x);
+      std::vector<Tensor> o, ocl;
+      Recorded rec = record([&] { ocl = call<MaxPool2d>({xcl}, c.a); });
+      o = call<MaxPool2d>({x}, c.a);
+      EXPECT_EQ(rec.ops.count("contiguous"), 0u);
+      EXPECT_TRUE(ocl[0].is_channels_last());
+      EXPECT_TRUE(ocl[1].is_channels_last());
+      auto v = o[0].to_vector(), vcl = ocl[0].to_vector();
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!(std::isnan(v[i]) && std::isnan(vcl[i]))) ASSERT_EQ(vcl[i], v[i]) << i;
+      EXPECT_EQ(ocl[1].to_vector(), o[1].to_vector()) << "the indices";
+      Tensor dy = rnd(o[0].shape(), 41, t);
+      Tensor dx, dxcl;
+      rec = record([&] { dxcl = call1<MaxPool2dBackward>({to_channels_last(dy), ocl[1]}, {c.x}); });
+      dx = call1<MaxPool2dBackward>({dy, o[1]}, {c.x});
+      EXPECT_EQ(rec.ops.count("contiguous"), 1u) << "only the test's own conversion of dy";
+      EXPECT_TRUE(dxcl.prefers_channels_last());
+      EXPECT_EQ(dxcl.to_vector(), dx.to_vector());
+    }
 }
 
 namespace {
@@ -280,6 +345,7 @@ TEST(ChannelsLast, TrainingStepMatchesTheContiguousOne) {
   const StepRun b_cl = resnet_step(DType::bf16, train::ActivationLayout::automatic);
   const StepRun b_nc = resnet_step(DType::bf16, train::ActivationLayout::contiguous);
   EXPECT_GE(b_cl.rec.to_channels_last, 1);
+  EXPECT_LE(b_cl.rec.to_channels_last + b_cl.rec.to_contiguous, 4);
   EXPECT_EQ(b_nc.rec.to_channels_last, 0);
   EXPECT_NEAR(b_cl.loss, f_nc.loss, 0.02 * std::abs(f_nc.loss));
   EXPECT_NEAR(b_nc.loss, f_nc.loss, 0.02 * std::abs(f_nc.loss));

@@ -225,7 +225,8 @@ def _model_arg(model, example_input, directory: str) -> tuple[str, Optional[int]
 
 def ledger(model, batch: Optional[int] = None, *, example_input=None, input: Optional[Sequence[int]] = None,
            classes: Optional[int] = None, precision: str = "fp32", accum: int = 1, recompute: bool = False,
-           conv_algo: str = "", grad_scaler: str = "auto", optimizer: str = "sgd", momentum: float = 0.9,
+           conv_algo: str = "", memory_format: str = "auto", grad_scaler: str = "auto", optimizer: str = "sgd",
+           momentum: float = 0.9,
            freeze: Sequence[str] = (), device: str = "cpu", dataset_size: int = 0, epochs: int = 1,
            measure: bool = False, measure_steps: int = 3, inference: bool = False,
            progress: bool = False, html: Optional[Union[str, os.PathLike]] = None) -> Ledger:
@@ -249,7 +250,8 @@ def ledger(model, batch: Optional[int] = None, *, example_input=None, input: Opt
                               measure=measure), progress)
         else:
             cfg = _config(_reckon.LedgerConfig(), batch=b, input=chw, num_classes=classes or 0, precision=precision,
-                          accum=accum, recompute=recompute, conv_algo=conv_algo, grad_scaler=grad_scaler,
+                          accum=accum, recompute=recompute, conv_algo=conv_algo, memory_format=memory_format,
+                          grad_scaler=grad_scaler,
                           optimizer=optimizer, momentum=momentum, freeze=list(freeze), device=device,
                           dataset_size=dataset_size, epochs=epochs, measure=measure, measure_steps=measure_steps)
             data, text = _reckon._ledger(name, cfg, os.fspath(html) if html is not None else "", progress)

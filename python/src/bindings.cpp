@@ -482,6 +482,7 @@ NB_MODULE(_reckon, m) {
       .def_rw("accum", &LedgerConfig::accum)
       .def_rw("recompute", &LedgerConfig::recompute)
       .def_rw("conv_algo", &LedgerConfig::conv_algo)
+      .def_rw("memory_format", &LedgerConfig::memory_format)
       .def_rw("grad_scaler", &LedgerConfig::grad_scaler)
       .def_rw("optimizer", &LedgerConfig::optimizer)
       .def_rw("freeze", &LedgerConfig::freeze)

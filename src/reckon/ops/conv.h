@@ -64,7 +64,7 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 // (kernels/cpu/conv_small.h).
 bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a);
 
-// Whether a convolution of this geometry, whose activations (x, y, dy, dx) come in dtype t, runs
+// Whether a convolution of this geometry, whose activations (x, y, dy, dx) are like `act`, runs
 // oneDNN's kernels on NHWC activations with no reorder (kernels/cpu/conv.cpp): f32 or bf16, one
 // group, on the cpu with the fast kernels allowed, and not one of reckon's own NCHW small
 // kernels. The three conv ops run channels-last when this holds and an activation prefers it.

@@ -213,7 +213,12 @@ std::vector<Tensor> widen(KernelCtx& ctx, std::span<const Tensor> in) {
   for (auto& t : r)
     if (t.defined() && is_low_precision(t.dtype())) {
       Tensor w = f32_like(ctx, t);
-      convert(t, w);
+      // convert's loop is flat: it needs both sides in one layout; any other strides (an op that
+      // takes strided inputs, say contiguous of a transposed bf16 matrix) go element by element.
+      if (t.is_contiguous() || t.prefers_channels_last())
+        convert(t, w);
+      else
+        raw_copy(w, t);
       t = w;
     }
   return r;
@@ -266,7 +271,7 @@ void make_channels_last(std::vector<Tensor>& kin, uint32_t cl, uint32_t keep) {
     Tensor& t = kin[i];
     if (!t.defined()) continue;
     NoGrad no_grad;  // as make_dense
-    if (((cl >> i) & 1u) && t.dim() == 4) {
+    if (((cl >> i) & 1u) && !((keep >> i) & 1u) && t.dim() == 4) {  // (an input written in place stays itself)
       if (!t.is_channels_last()) t = call1<Contiguous>({t}, {.channels_last = true});
     } else if (!t.is_contiguous() && !((keep >> i) & 1u)) {
       t = call1<Contiguous>({t});
@@ -280,7 +285,7 @@ namespace {
 // into its channels-last outputs; an op that takes strided inputs gets its tensors as they are.
 void run_ref(int id, KernelFn ref, KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor> out,
              const void* attrs) {
-  bool dense = op_info(id).takes_strided;
+  bool dense = true;
   for (auto& t : in) dense = dense && (!t.defined() || t.is_contiguous());
   for (auto& t : out) dense = dense && (!t.defined() || t.is_contiguous());
   if (dense || op_info(id).takes_strided) {

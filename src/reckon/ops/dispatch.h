@@ -5,7 +5,9 @@
 //   the cpu kernel planning its workspace; cuda: the backend's column) -> an autograd node that
 //   keeps exactly the op's declared saved set -> the node's record to the observers (the graph
 //   capture appends it; graph/).
-// Strided inputs are made dense by a recorded `contiguous` op, unless the op takes strides.
+// Strided inputs are made dense by a recorded `contiguous` op, unless the op takes strides; a call
+// that runs channels-last (ops/op.h) gets its activations channels-last instead. The reference
+// kernels always see dense tensors (copies, where a channels-last call falls back to them).
 #pragma once
 #include <array>
 #include <cmath>
@@ -146,8 +148,8 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     out.push_back(Op::view(in, attrs));
     run.kernel = "view";
   } else {
-    // Kernels see dense inputs (but an input written in place is the tensor itself); autograd
-    // below keeps the caller's tensors.
+    // Kernels see dense inputs, or channels-last ones where the call runs so (but an input
+    // written in place is the tensor itself); autograd below keeps the caller's tensors.
     std::vector<Tensor> kin = in;
     if constexpr (HasChannelsLast<Op>) {
       if (channels_last)

@@ -21,8 +21,8 @@
 //                              input is and its fast kernel takes it. The dispatcher then makes the
 //                              inputs of kChannelsLastIn channels-last (a recorded `contiguous`
 //                              op where one is not) and allocates the outputs of kChannelsLastOut
-//                              so; other inputs are made dense, other outputs are contiguous
-//// Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
+//                              so; other inputs are made dense, other outputs are contiguous.
+// Kernels are declared here and defined under kernels/; the dispatcher (dispatch.h) is the
 // only code that calls them, through the per-device table generated from the one list
 // (op_list.h). This file is not an op registry: the list is op_list.h.
 #pragma once
@@ -368,7 +368,8 @@ concept HasChannelsLast = requires(std::span<const Tensor> in, const typename Op
 // The one rule for an op whose kernels read and write raw buffers position by position (the
 // elementwise ones and cast): it runs channels-last when some 4-D input of `mask` prefers it and
 // every input of the mask has that input's shape (no broadcasting), dtype f32, bf16 or f16, on
-// the cpu (or meta, which plans it), with the fast kernels allowed.
+// the cpu or meta (which decides alike, so the ledger sees the same reorders), with the fast
+// kernels allowed.
 bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask);
 
 template <class Op>

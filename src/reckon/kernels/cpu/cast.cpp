@@ -63,7 +63,8 @@ Support Cast::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out,
 }
 
 // A 4-D f32 or bf16 tensor from one layout into another (NCHW <-> NHWC, or any positive strides
-// into either): oneDNN's reorder, which transposes in cache-sized tiles. Others: the reference.
+// into either): oneDNN's reorder, which transposes in cache-sized tiles. Others decline: the
+// dispatcher computes an f16 one in f32 (back here), anything else by the reference.
 Support Contiguous::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor& x = in[0];
   Tensor& y = out[0];

@@ -89,6 +89,7 @@ void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
   ++used()[impl + " " + kind];
 }
 const std::string kSmallDirect = "reckon small_direct";
+constexpr const char* kNchwOnly = "a channels-last activation this call's kernels read as NCHW: the reference";
 const std::string kDepthwiseDirect = "reckon depthwise_direct";
 
 // A depthwise convolution's weight gradient (groups = in = out channels, one filter each), by
@@ -189,6 +190,9 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   const Tensor &x = in[0], &w = in[1];
   bool bias = in.size() > 2 && in[2].defined();
   Tensor& y = out[0];
+  // A channels-last x that this call does not run channels-last (reckon's NCHW kernels, or the f32
+  // rerun of a bf16 call oneDNN declined): decline, and the dispatcher's reference reads it dense.
+  if (x.prefers_channels_last() && !channels_last(in, a)) return Support::no(kNchwOnly);
   if (x.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), w.shape(), a))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
@@ -230,6 +234,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
+  if (dy.prefers_channels_last() && !channels_last(in, a)) return Support::no(kNchwOnly);  // as forward
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(a.x_shape, w.shape(), a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
@@ -275,6 +280,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
+  if ((dy.prefers_channels_last() || x.prefers_channels_last()) && !channels_last(in, a))
+    return Support::no(kNchwOnly);  // as forward
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), a.w_shape, a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {

@@ -2,7 +2,9 @@
 //   batch norm: one thread per channel; sums in float along each contiguous (n, c) row and in
 //     double across rows; mean, then variance around it, then y = x * scale + shift. Rows shorter
 //     than 64 values (H x W of mobilenet's last blocks) go by blocks of channels instead, summed
-//     position by position over the samples in double (batch_norm2d_short).
+//     position by position over the samples in double (batch_norm2d_short). Channels-last x: rows
+//     of C values, each thread's share of the positions summed per channel in double
+//     (batch_norm2d_nhwc), the same per-channel formulas.
 //   local response norm: threads over (n, block of S positions); the channel window is summed
 //     over a block held in registers/L1, s^-beta has exact fast paths for beta 0.75, 0.5, 1.
 //   dropout: the counter-based mask of ops/norm.h, so it matches the reference bit for bit.
