@@ -16,8 +16,11 @@
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/step.h"
+#include "test_util.h"
 
 using namespace reckon;
+using reckon::test_util::cosine;
+using reckon::test_util::max_rel_diff;
 namespace nn = reckon::nn;
 namespace optim = reckon::optim;
 
@@ -45,22 +48,6 @@ std::map<std::string, Seen> observe(F&& f) {
   });
   f();
   return m;
-}
-
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector(), vb = b.to_vector();
-  EXPECT_EQ(va.size(), vb.size());
-  double scale = 1e-12, d = 0;
-  for (size_t i = 0; i < va.size(); ++i) scale = std::max(scale, std::abs(vb[i]));
-  for (size_t i = 0; i < va.size(); ++i) d = std::max(d, std::abs(va[i] - vb[i]));
-  return d / scale;
-}
-
-double cosine(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector(), vb = b.to_vector();
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < va.size(); ++i) ab += va[i] * vb[i], aa += va[i] * va[i], bb += vb[i] * vb[i];
-  return ab / std::sqrt(std::max(aa * bb, 1e-300));
 }
 
 }  // namespace

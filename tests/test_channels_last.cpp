@@ -19,8 +19,11 @@
 #include "reckon/ops/shape_ops.h"
 #include "reckon/optim/optim.h"
 #include "reckon/optim/step.h"
+#include "test_util.h"
 
 using namespace reckon;
+using reckon::test_util::cosine;
+using reckon::test_util::max_rel_diff;
 
 namespace {
 
@@ -29,16 +32,6 @@ Tensor rnd(const Shape& s, uint64_t seed, DType t = DType::f32, double lo = -1, 
   Tensor x = Tensor::empty(s);
   fill_uniform_(x, lo, hi, g);
   return t == DType::f32 ? x : cast(x, t);
-}
-
-// Largest |a - b| over the largest |b| (values read through the strides).
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  auto va = a.to_vector(), vb = b.to_vector();
-  double scale = 1e-12, d = 0;
-  for (size_t i = 0; i < vb.size(); ++i) scale = std::max(scale, std::abs(vb[i]));
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) d = std::max(d, std::abs(va[i] - vb[i]));
-  return d / scale;
 }
 
 // The ops recorded while f runs, by name; the layouts the `contiguous` ones wrote.
@@ -313,12 +306,6 @@ StepRun resnet_step(DType precision, train::ActivationLayout layout) {
   auto params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i) r.updates.push_back(sub(params[i], before[i]));
   return r;
-}
-double cosine(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector(), vb = b.to_vector();
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < va.size(); ++i) ab += va[i] * vb[i], aa += va[i] * va[i], bb += vb[i] * vb[i];
-  return ab / std::sqrt(std::max(aa * bb, 1e-300));
 }
 }  // namespace
 

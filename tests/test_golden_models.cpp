@@ -29,8 +29,10 @@
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/functional.h"
 #include "reckon/optim/optim.h"
+#include "test_util.h"
 
 using namespace reckon;
+using reckon::test_util::cosine;
 using json = nlohmann::json;
 
 namespace {
@@ -112,17 +114,6 @@ void expect_close(const std::string& what, const Tensor& got, const Tensor& want
 // How closely the step is compared: kRtol everywhere, or (Tolerance::kinked) as the file
 // comment says for a step run across a point where its gradient jumps.
 enum class Tolerance { strict, kinked };
-
-double cosine(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector(), y = b.to_vector();
-  double xy = 0, xx = 0, yy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    xy += x[i] * y[i];
-    xx += x[i] * x[i];
-    yy += y[i] * y[i];
-  }
-  return xy / std::sqrt(xx * yy + 1e-300);
-}
 
 void check_step(const std::string& model, Tolerance tol = Tolerance::strict) {
   const bool strict = tol == Tolerance::strict;

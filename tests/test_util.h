@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <cstring>
@@ -188,6 +190,24 @@ inline std::vector<std::string> metrics_numbers(const std::filesystem::path& csv
     rows.push_back(row);
   }
   return rows;
+}
+
+// Largest |a - b| over the largest |b|, the values read through the strides (the shapes must agree).
+inline double max_rel_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  auto va = a.to_vector(), vb = b.to_vector();
+  double scale = 1e-12, d = 0;
+  for (size_t i = 0; i < vb.size(); ++i) scale = std::max(scale, std::abs(vb[i]));
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) d = std::max(d, std::abs(va[i] - vb[i]));
+  return d / scale;
+}
+
+// The cosine of the angle between a and b as flat vectors (0 when either is all zeros).
+inline double cosine(const Tensor& a, const Tensor& b) {
+  auto va = a.to_vector(), vb = b.to_vector();
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < va.size(); ++i) ab += va[i] * vb[i], aa += va[i] * va[i], bb += vb[i] * vb[i];
+  return ab / std::sqrt(std::max(aa * bb, 1e-300));
 }
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {

@@ -144,6 +144,8 @@ NoGrad::~NoGrad() { t_grad_enabled = prev_; }
 EnableGrad::EnableGrad() : prev_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGrad::~EnableGrad() { t_grad_enabled = prev_; }
 
+bool channels_last_kernels_allowed(const Tensor& t) { return t.device() != Device::cuda && !force_reference(); }
+
 bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask) {
   const Tensor* lead = nullptr;
   for (size_t i = 0; i < in.size(); ++i)
@@ -151,7 +153,7 @@ bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask) {
       lead = &in[i];
       break;
     }
-  if (!lead || lead->device() == Device::cuda || force_reference()) return false;
+  if (!lead || !channels_last_kernels_allowed(*lead)) return false;
   for (size_t i = 0; i < in.size(); ++i) {
     if (!((mask >> i) & 1u)) continue;
     const Tensor& t = in[i];
@@ -160,7 +162,6 @@ bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask) {
   const DType d = lead->dtype();
   return d == DType::f32 || d == DType::bf16 || d == DType::f16;
 }
-
 
 namespace detail {
 
@@ -256,24 +257,14 @@ Tensor make_output(std::string_view op, const TensorSpec& spec, std::span<const 
   return t;
 }
 
-void make_dense(std::vector<Tensor>& kin, uint32_t keep) {
+void make_dense(std::vector<Tensor>& kin, uint32_t keep, uint32_t channels_last) {
   for (size_t i = 0; i < kin.size(); ++i) {
     Tensor& t = kin[i];
-    if (!t.defined() || t.is_contiguous() || ((keep >> i) & 1u)) continue;
+    if (!t.defined() || ((keep >> i) & 1u)) continue;  // an input written in place stays itself
     NoGrad no_grad;  // the caller's node differentiates through the original input
-    t = call1<Contiguous>({t});
-  }
-}
-
-
-void make_channels_last(std::vector<Tensor>& kin, uint32_t cl, uint32_t keep) {
-  for (size_t i = 0; i < kin.size(); ++i) {
-    Tensor& t = kin[i];
-    if (!t.defined()) continue;
-    NoGrad no_grad;  // as make_dense
-    if (((cl >> i) & 1u) && !((keep >> i) & 1u) && t.dim() == 4) {  // (an input written in place stays itself)
+    if (((channels_last >> i) & 1u) && t.dim() == 4) {
       if (!t.is_channels_last()) t = call1<Contiguous>({t}, {.channels_last = true});
-    } else if (!t.is_contiguous() && !((keep >> i) & 1u)) {
+    } else if (!t.is_contiguous()) {
       t = call1<Contiguous>({t});
     }
   }

@@ -51,11 +51,9 @@ void check_same_device(std::string_view op, std::span<const Tensor> in, Device& 
 void note_failure(std::string_view op, std::span<const Tensor> in);  // see last_op_failure()
 // The output a spec asks for: a new tensor, or (alias >= 0) input `alias` itself, checked.
 Tensor make_output(std::string_view op, const TensorSpec& spec, std::span<const Tensor> in, int alias, Device dev);
-// Dense copies (a recorded `contiguous` op, no autograd) of the strided inputs not in `keep`.
-void make_dense(std::vector<Tensor>& kin, uint32_t keep);
-// For a call that runs channels-last: the 4-D inputs of `cl` made channels-last, the other
-// strided inputs not in `keep` dense (recorded `contiguous` ops, no autograd).
-void make_channels_last(std::vector<Tensor>& kin, uint32_t cl, uint32_t keep);
+// Dense copies (a recorded `contiguous` op, no autograd) of the strided inputs not in `keep`; for a
+// call that runs channels-last, its 4-D inputs of `channels_last` made channels-last instead.
+void make_dense(std::vector<Tensor>& kin, uint32_t keep, uint32_t channels_last = 0);
 
 // What running a call's kernels found: which kernel ran and why a faster one did not, the MACs
 // the reference counted, the workspace asked for, the implementation the kernel noted.
@@ -119,13 +117,14 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     detail::note_failure(Op::kName, in);
     throw;
   }
-  bool channels_last = false;
+  uint32_t channels_last = 0;  // the inputs the kernels get channels-last
   if constexpr (HasChannelsLast<Op>) {
-    channels_last = Op::channels_last(std::span<const Tensor>(in), attrs);
-    if (channels_last)
+    if (Op::channels_last(std::span<const Tensor>(in), attrs)) {
+      channels_last = uint32_t(Op::kChannelsLastIn);
       for (size_t i = 0; i < specs.size(); ++i)
         if (((uint32_t(Op::kChannelsLastOut) >> i) & 1u) && specs[i].shape.size() == 4)
           specs[i].format = MemoryFormat::channels_last;
+    }
   }
   const Cost cost = Op::cost(in, specs, attrs);
   const Tag out_tag = current_tag();
@@ -151,14 +150,7 @@ std::vector<Tensor> call(std::vector<Tensor> in, const typename Op::Attrs& attrs
     // Kernels see dense inputs, or channels-last ones where the call runs so (but an input
     // written in place is the tensor itself); autograd below keeps the caller's tensors.
     std::vector<Tensor> kin = in;
-    if constexpr (HasChannelsLast<Op>) {
-      if (channels_last)
-        detail::make_channels_last(kin, uint32_t(Op::kChannelsLastIn), aliased_inputs);
-      else if (!takes_strided<Op>())
-        detail::make_dense(kin, aliased_inputs);
-    } else if constexpr (!takes_strided<Op>()) {
-      detail::make_dense(kin, aliased_inputs);
-    }
+    if (channels_last || !takes_strided<Op>()) detail::make_dense(kin, aliased_inputs, channels_last);
     for (size_t i = 0; i < specs.size(); ++i)
       out.push_back(detail::make_output(Op::kName, specs[i], in, i < alias_of.size() ? alias_of[i] : -1, dev));
     detail::run_kernels(kId, Op::kName, dev, kin, out, &attrs, run);

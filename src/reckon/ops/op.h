@@ -371,6 +371,9 @@ concept HasChannelsLast = requires(std::span<const Tensor> in, const typename Op
 // the cpu or meta (which decides alike, so the ledger sees the same reorders), with the fast
 // kernels allowed.
 bool elementwise_channels_last(std::span<const Tensor> in, uint32_t mask);
+// What every channels_last rule asks first: t is on the cpu or meta (which decide alike; the
+// CUDA kernels read NCHW) and the fast kernels are allowed (the reference ones read NCHW too).
+bool channels_last_kernels_allowed(const Tensor& t);
 
 template <class Op>
 constexpr bool takes_strided() {

@@ -9,7 +9,7 @@ namespace reckon {
 bool max_pool_channels_last(std::span<const Tensor> in, uint32_t floats) {
   bool any = false;
   for (size_t i = 0; i < in.size(); ++i) any = any || (in[i].defined() && in[i].prefers_channels_last());
-  if (!any || in[0].device() == Device::cuda || force_reference()) return false;
+  if (!any || !channels_last_kernels_allowed(in[0])) return false;
   for (size_t i = 0; i < in.size(); ++i)
     if ((floats >> i) & 1u) {
       const DType d = in[i].dtype();

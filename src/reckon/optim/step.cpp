@@ -22,15 +22,6 @@ ActivationLayout parse_activation_layout(const std::string& s) {
   throw Error(fmt::format("--memory-format '{}' is not one of auto, contiguous, channels_last", s));
 }
 
-std::string_view activation_layout_name(ActivationLayout l) {
-  switch (l) {
-    case ActivationLayout::automatic: return "auto";
-    case ActivationLayout::contiguous: return "contiguous";
-    case ActivationLayout::channels_last: return "channels_last";
-  }
-  return "?";
-}
-
 bool channels_last_for(ActivationLayout l, DType precision) {
   return l == ActivationLayout::channels_last || (l == ActivationLayout::automatic && precision == DType::bf16);
 }

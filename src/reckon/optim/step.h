@@ -38,7 +38,6 @@ bool grad_scaler_on(const std::string& mode, DType precision);
 enum class ActivationLayout : uint8_t { automatic, contiguous, channels_last };
 // "auto", "contiguous" or "channels_last" (--memory-format); throws naming the flag for others.
 ActivationLayout parse_activation_layout(const std::string& s);
-std::string_view activation_layout_name(ActivationLayout l);
 // Whether a step at this precision runs channels-last.
 bool channels_last_for(ActivationLayout l, DType precision);
 

@@ -179,7 +179,7 @@ void reorder_out(KernelCtx& ctx, const memory& from, const memory& user) {
 
 bool conv_takes_channels_last(const Shape& x, const Shape& w, const ConvAttrs& a, const Tensor& act) {
   const DType d = act.dtype();
-  return act.device() != Device::cuda && !force_reference() && (d == DType::f32 || d == DType::bf16) &&
+  return channels_last_kernels_allowed(act) && (d == DType::f32 || d == DType::bf16) &&
          a.groups == 1 && x.size() == 4 && w.size() == 4 && !conv_small::applies(x, w, a, d) &&
          !(d == DType::bf16 && conv_small::first_layer(x, w, a));
 }
@@ -192,7 +192,8 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   Tensor& y = out[0];
   // A channels-last x that this call does not run channels-last (reckon's NCHW kernels, or the f32
   // rerun of a bf16 call oneDNN declined): decline, and the dispatcher's reference reads it dense.
-  if (x.prefers_channels_last() && !channels_last(in, a)) return Support::no(kNchwOnly);
+  const bool cl = channels_last(in, a);
+  if (x.prefers_channels_last() && !cl) return Support::no(kNchwOnly);
   if (x.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), w.shape(), a))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
@@ -203,7 +204,6 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   ConvGeo g = conv_geo(x.shape(), w.shape(), y.shape(), a);
   if (Support s = check(x, g); !s.ok) return s;
   auto t = dt(x.dtype());
-  const bool cl = channels_last(in, a);
   static PlanCache<FwdPlan> cache;
   auto* plan = cache.get(conv_key("fwd", x.shape(), w.shape(), a, x.dtype(), bias, cl), [&] {
     auto pd = fwd_pd(g, t, bias, a, cl);
@@ -234,7 +234,8 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &w = in[1];
   Tensor& dx = out[0];
-  if (dy.prefers_channels_last() && !channels_last(in, a)) return Support::no(kNchwOnly);  // as forward
+  const bool cl = channels_last(in, a);
+  if (dy.prefers_channels_last() && !cl) return Support::no(kNchwOnly);  // as forward
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(a.x_shape, w.shape(), a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
@@ -245,7 +246,6 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   ConvGeo g = conv_geo(a.x_shape, w.shape(), dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
-  const bool cl = channels_last(in, a);
   static PlanCache<BwdDataPlan> cache;
   auto* plan = cache.get(conv_key("bwd_data", a.x_shape, w.shape(), a.conv, dy.dtype(), false, cl), [&] {
     auto hint = fwd_pd(g, t, false, a.conv, cl);
@@ -280,8 +280,8 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   const Tensor &dy = in[0], &x = in[1];
   Tensor& dw = out[0];
-  if ((dy.prefers_channels_last() || x.prefers_channels_last()) && !channels_last(in, a))
-    return Support::no(kNchwOnly);  // as forward
+  const bool cl = channels_last(in, a);
+  if ((dy.prefers_channels_last() || x.prefers_channels_last()) && !cl) return Support::no(kNchwOnly);  // as forward
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), a.w_shape, a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
@@ -292,7 +292,6 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   ConvGeo g = conv_geo(x.shape(), a.w_shape, dy.shape(), a.conv);
   if (Support s = check(dy, g); !s.ok) return s;
   auto t = dt(dy.dtype());
-  const bool cl = channels_last(in, a);
   static PlanCache<BwdWeightPlan> cache;
   auto* plan = cache.get(conv_key("bwd_weights", x.shape(), a.w_shape, a.conv, dy.dtype(), a.with_bias, cl), [&] {
     auto hint = fwd_pd(g, t, a.with_bias, a.conv, cl);
