@@ -109,11 +109,32 @@ void BM_relu_fwd_bwd(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 5);
 }
 
+// Args: N, C, H (= W), kernel, stride: LeNet-5's and ResNet's 2x2/2, AlexNet's 3x3/2.
 void BM_max_pool2d_fwd(benchmark::State& st) {
   Tensor x = rand_t({st.range(0), st.range(1), st.range(2), st.range(2)});
+  const int64_t k = st.range(3), s = st.range(4);
   NoGrad ng;
-  run_bench(st, [&] { benchmark::DoNotOptimize(max_pool2d(x, {{2, 2}, {2, 2}, {0, 0}, false, true})); });
+  run_bench(st, [&] { benchmark::DoNotOptimize(max_pool2d(x, {{k, k}, {s, s}, {0, 0}, false, true})); });
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 2);
+}
+
+void BM_max_pool2d_fwd_bwd(benchmark::State& st) {
+  Tensor x = rand_t({st.range(0), st.range(1), st.range(2), st.range(2)});
+  const int64_t k = st.range(3), s = st.range(4);
+  x.set_requires_grad(true);
+  Tensor dy = rand_t(max_pool2d(x, {{k, k}, {s, s}, {0, 0}, false, true}).shape());
+  run_bench(st, [&] { max_pool2d(x, {{k, k}, {s, s}, {0, 0}, false, true}).backward(dy); });
+  st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 3);
+}
+
+// AlexNet's adaptive average pool to 6x6 (an identity on its 6x6 maps at 224x224) and a global one.
+void BM_adaptive_avg_pool2d_fwd_bwd(benchmark::State& st) {
+  Tensor x = rand_t({st.range(0), st.range(1), st.range(2), st.range(2)});
+  x.set_requires_grad(true);
+  const int64_t o = st.range(3);
+  Tensor dy = rand_t({st.range(0), st.range(1), o, o});
+  run_bench(st, [&] { adaptive_avg_pool2d(x, {o, o}).backward(dy); });
+  st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 3);
 }
 
 // LeNet-5's first layer (1 -> 6 channels, 5x5, padding 2, 28x28) at batch 256, the forward of the
@@ -143,7 +164,14 @@ void BM_first_layer_fwd(benchmark::State& st) {
 }  // namespace
 
 BENCHMARK(BM_first_layer_fwd)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_max_pool2d_fwd)->Args({64, 6, 28})->Args({32, 64, 112})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_max_pool2d_fwd)
+    ->Args({64, 6, 28, 2, 2})
+    ->Args({32, 64, 112, 2, 2})
+    ->Args({16, 64, 55, 3, 2})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_max_pool2d_fwd_bwd)->Args({16, 64, 55, 3, 2})->Args({16, 192, 27, 3, 2})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_adaptive_avg_pool2d_fwd_bwd)->Args({16, 256, 6, 6})->Args({128, 512, 4, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();

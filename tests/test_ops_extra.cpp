@@ -174,6 +174,7 @@ Register reg[] = {
     Register(max_pool_case("(3,2) s(2,1) p(1,0) ceil", {2, 1, 6, 7}, {{3, 2}, {2, 1}, {1, 0}, {1, 1}, true})),
     Register(max_pool_case("2x2 s2, every window inside (fast path)", {2, 3, 8, 9}, {{2, 2}, {2, 2}, {0, 0}, {1, 1}, false})),
     Register(max_pool_case("3x3 s2, every window inside (fast path)", {2, 2, 9, 9}, {{3, 3}, {2, 2}, {0, 0}, {1, 1}, false})),
+    Register(max_pool_case("3x3 s2, rows of 27 outputs (vector kernel)", {2, 2, 7, 55}, {{3, 3}, {2, 2}, {0, 0}, {1, 1}, false})),
     Register({"max_pool2d_backward", "3x3 s2 p1 ceil",
               [](DType t, Generator& g) {
                 Tensor idx = call<MaxPool2d>({rnd({2, 3, 7, 8}, t, g)}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true})[1];
@@ -196,6 +197,10 @@ Register reg[] = {
               runner<AdaptiveAvgPool2d>({{1, 1}}), true, {}, {}}),
     Register({"adaptive_avg_pool2d", "4x4 -> 6x6 (overlapping)", [](DType t, Generator& g) { return V{rnd({1, 2, 4, 4}, t, g)}; },
               runner<AdaptiveAvgPool2d>({{6, 6}}), true, {}, {}}),
+    Register({"adaptive_avg_pool2d", "6x5 -> 6x5 (a copy)", [](DType t, Generator& g) { return V{rnd({2, 3, 6, 5}, t, g)}; },
+              runner<AdaptiveAvgPool2d>({{6, 5}}), true, {}, {}}),
+    Register({"adaptive_avg_pool2d_backward", "6x5 <- 6x5 (a copy)", [](DType t, Generator& g) { return V{rnd({2, 3, 6, 5}, t, g)}; },
+              runner<AdaptiveAvgPool2dBackward>({{2, 3, 6, 5}}), false, {}, {}}),
     Register({"adaptive_avg_pool2d_backward", "7x9 <- 3x4", [](DType t, Generator& g) { return V{rnd({2, 3, 3, 4}, t, g)}; },
               runner<AdaptiveAvgPool2dBackward>({{2, 3, 7, 9}}), false, {},
               {[] { call<AdaptiveAvgPool2dBackward>({Tensor::zeros({2, 3, 3})}, {{2, 3, 7, 9}}); }}}),
@@ -613,6 +618,48 @@ TEST(OpsExtra, MaxPoolTiesAndNaN) {
     EXPECT_TRUE(std::isnan(y[1]));
     EXPECT_EQ(r[1].to_vector(), (std::vector<double>{5, 6, 8, 10}));
   }
+}
+
+TEST(OpsExtra, MaxPoolInsideWindowsMatchTheReferenceExactly) {
+  // Pools whose windows all lie inside the input (AlexNet's 3x3/2) run a vector kernel of 16
+  // outputs at a time: stride 1 (plain loads), 2 (a permute) and 3 (a gather), square and
+  // rectangular windows, rows of one partial chunk and of full chunks plus a partial, ties and
+  // NaNs (a NaN at a window's first tap too), in f32 and bf16 (rows widened).
+  struct Pool {
+    Shape x;
+    PoolAttrs a;
+  };
+  const std::vector<Pool> pools = {
+      {{2, 3, 11, 55}, {{3, 3}, {2, 2}}},  // 27 outputs a row
+      {{1, 2, 13, 13}, {{3, 3}, {2, 2}}},
+      {{2, 2, 7, 40}, {{3, 3}, {1, 1}}},   // 38
+      {{1, 3, 10, 61}, {{3, 3}, {3, 3}}},  // 20, gathered
+      {{2, 2, 9, 37}, {{2, 3}, {1, 2}}},   // 18
+      {{1, 1, 5, 5}, {{5, 5}, {1, 1}}},    // one window
+  };
+  Generator g(5);
+  for (DType t : {DType::f32, DType::bf16})
+    for (const Pool& pool : pools) {
+      Tensor x = Tensor::empty(pool.x);
+      fill_uniform_(x, -2, 2, g);
+      float* p = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if (i % 5 == 0) p[i] = std::round(p[i]);  // ties
+        if (i % 31 == 4 || i == 0) p[i] = NAN;
+      }
+      if (t != DType::f32) x = cast(x, t);
+      std::vector<Tensor> fast = call<MaxPool2d>({x}, pool.a);
+      ForceReference f;
+      std::vector<Tensor> ref = call<MaxPool2d>({x}, pool.a);
+      const std::string what = shape_str(pool.x) + " " + std::string(dtype_name(t));
+      auto y = fast[0].to_vector(), yr = ref[0].to_vector();
+      ASSERT_EQ(y.size(), yr.size()) << what;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (std::isnan(yr[i])) EXPECT_TRUE(std::isnan(y[i])) << what << " " << i;
+        else EXPECT_EQ(y[i], yr[i]) << what << " " << i;
+      }
+      EXPECT_EQ(fast[1].to_vector(), ref[1].to_vector()) << what;
+    }
 }
 
 TEST(OpsExtra, MaxPool2x2RowsOfAnyWidthMatchTheReferenceExactly) {

@@ -106,8 +106,9 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 6;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
-                                       // probe's bf16 steps channels-last, oneDNN's NHWC kernels)
+constexpr int kCalibrationFormat = 7;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+                                       // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
+                                       // 7: max pooling's vector kernel for windows inside the input)
 
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 

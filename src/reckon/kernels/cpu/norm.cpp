@@ -330,12 +330,15 @@ Rows rows(const Tensor& x) { return {x.size(0) * x.size(2) * x.size(3), x.size(1
 template <class F>
 void row_sums(const Rows& g, double* acc, F&& f) {
   const int nt = g.m * g.c > kParallelMin ? omp_get_max_threads() : 1;
-  std::vector<double> part(static_cast<size_t>(nt * g.c), 0.0);
+  // Each thread's slice a cache line apart from the next (the vector is not line-aligned): every
+  // row writes all of a slice, and a line two threads write bounces between their cores.
+  const int64_t stride = KernelCtx::per_thread<double>(g.c) + 8;
+  std::vector<double> part(static_cast<size_t>(nt * stride), 0.0);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     const int64_t r0 = g.m * t / n, r1 = g.m * (t + 1) / n;
-    double* pa = part.data() + int64_t(t) * g.c;
+    double* pa = part.data() + int64_t(t) * stride;
     for (int64_t r = r0; r < r1; ++r) {
 #pragma omp simd
       for (int64_t c = 0; c < g.c; ++c) pa[c] += double(f(r, c));
@@ -343,7 +346,7 @@ void row_sums(const Rows& g, double* acc, F&& f) {
   }
   std::fill_n(acc, g.c, 0.0);
   for (int t = 0; t < nt; ++t)
-    for (int64_t c = 0; c < g.c; ++c) acc[c] += part[size_t(t * g.c + c)];
+    for (int64_t c = 0; c < g.c; ++c) acc[c] += part[size_t(t * stride + c)];
 }
 
 template <class T>

@@ -66,14 +66,14 @@ constexpr bool kF32 = std::is_same_v<T, float>;
 template <class T>
 float* f32_buffers(KernelCtx& ctx, int64_t n) {
   if constexpr (kF32<T>) return nullptr;
-  else return ctx.scratch<float>(int64_t(omp_get_max_threads()) * n);
+  else return ctx.scratch<float>(int64_t(omp_get_max_threads()) * KernelCtx::per_thread<float>(n));
 }
 // Where n f32 results are accumulated: the output itself for f32, else the calling thread's
 // buffer.
 template <class T>
 float* f32_out(T* out, float* buffers, int64_t n) {
   if constexpr (kF32<T>) return out;
-  else return buffers + int64_t(omp_get_thread_num()) * n;
+  else return buffers + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(n);
 }
 // n values to f32 and back, as loops of restrict pointers (so that they vectorise).
 template <class T>
@@ -134,6 +134,47 @@ void max_pool_2x2_row_f32(const float* r0, const float* r1, int64_t b0, int64_t 
     _mm512_mask_storeu_epi64(ir + o + 8, __mmask8(out >> 8), i_hi);
   }
 }
+
+// One output row of an f32 max pool whose windows all lie inside the input (AlexNet's 3x3/2),
+// 16 outputs at a time: each tap (i, j) is a vector of row i at columns (o + lane) * sw + j (a
+// plain load for stride 1, two loads and a permute for stride 2, a gather otherwise), compared in
+// the scalar loop's order with its rule (a larger value or a NaN takes the slot). The winning
+// tap's offset i * W + j gives the flat index b0 + (o + lane) * sw + i * W + j in the plane.
+void max_pool_inside_row_f32(const float* const* rows, int64_t kh, int64_t kw, int64_t sw, int64_t W, int64_t WO,
+                             int64_t b0, float* yr, int64_t* ir) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lanes_sw = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(sw)));
+  const __m512i even = _mm512_add_epi32(lane, lane);
+  for (int64_t o = 0; o < WO; o += 16) {
+    const int64_t n = std::min<int64_t>(16, WO - o);
+    const __mmask16 out = n >= 16 ? 0xFFFF : __mmask16((1u << n) - 1);
+    const int64_t nin = 2 * n - 1;  // stride 2: elements spanned by the row's n taps
+    const __mmask16 lo = nin >= 16 ? 0xFFFF : __mmask16((1u << nin) - 1);
+    const __mmask16 hi = nin <= 16 ? 0 : (nin >= 32 ? 0xFFFF : __mmask16((1u << (nin - 16)) - 1));
+    auto tap_at = [&](const float* src) {
+      if (sw == 1) return _mm512_maskz_loadu_ps(out, src);
+      if (sw == 2) return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, src), even, _mm512_maskz_loadu_ps(hi, src + 16));
+      return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), out, lanes_sw, src, 4);
+    };
+    __m512 m = tap_at(rows[0] + o * sw);
+    __m512i off = _mm512_setzero_si512();
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
+        const __m512 v = tap_at(rows[i] + o * sw + j);
+        const __mmask16 k = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        m = _mm512_mask_blend_ps(k, m, v);
+        off = _mm512_mask_blend_epi32(k, off, _mm512_set1_epi32(int32_t(i * W + j)));
+      }
+    // A NaN at tap (0, 0) took its own slot in the scalar loop too: same value, same index.
+    _mm512_mask_storeu_ps(yr + o, out, m);
+    const __m512i rel = _mm512_add_epi32(lanes_sw, off);
+    const __m512i base = _mm512_set1_epi64(b0 + o * sw);
+    _mm512_mask_storeu_epi64(ir + o, __mmask8(out & 0xFF),
+                             _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(rel))));
+    _mm512_mask_storeu_epi64(ir + o + 8, __mmask8(out >> 8),
+                             _mm512_add_epi64(base, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(rel, 1))));
+  }
+}
 #endif
 
 template <class T>
@@ -175,7 +216,7 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
             max_pool_2x2_row_f32(r0, r1, b0, W, WO, yr, ir);
             continue;
           } else {  // bf16/f16: the rows widened to f32 (exact), the same kernel, the maxima stored back (exact)
-            float* f0 = rows2 + int64_t(omp_get_thread_num()) * (2 * W + WO);
+            float* f0 = rows2 + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(2 * W + WO);
             float* f1 = f0 + W;
             float* fy = f1 + W;
             widen(r0, f0, 2 * WO);
@@ -208,8 +249,37 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
       }
       return;
     }
-    // Every window lies inside the input (e.g. 3x3/2): one scalar pass per output, same
-    // first-max / NaN-wins rule as the general loop below.
+    // Every window lies inside the input (e.g. 3x3/2).
+#if defined(__AVX512F__)
+    // The row kernel above, on f32 rows (bf16/f16 rows widened first, exactly).
+    if (kh <= 16 && kh * W + 16 * sw < (int64_t(1) << 31)) {  // the tap offsets fit int32 lanes
+      float* widened = f32_buffers<T>(ctx, kh * W + WO);
+#pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 16))
+      for (int64_t p = 0; p < planes; ++p) {
+        const T* xp = px + p * H * W;
+        const float* rows[16];
+        float* fbuf = nullptr;
+        if constexpr (!kF32<T>) fbuf = widened + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(kh * W + WO);
+        for (int64_t oh = 0; oh < HO; ++oh) {
+          const T* r0 = xp + oh * sh * W;
+          for (int64_t i = 0; i < kh; ++i) {
+            if constexpr (kF32<T>) {
+              rows[i] = r0 + i * W;
+            } else {
+              widen(r0 + i * W, fbuf + i * W, W);
+              rows[i] = fbuf + i * W;
+            }
+          }
+          T* yr = py + (p * HO + oh) * WO;
+          float* fy = kF32<T> ? reinterpret_cast<float*>(yr) : fbuf + kh * W;
+          max_pool_inside_row_f32(rows, kh, kw, sw, W, WO, oh * sh * W, fy, pi + (p * HO + oh) * WO);
+          if constexpr (!kF32<T>) narrow(fy, yr, WO);
+        }
+      }
+      return;
+    }
+#endif
+    // One scalar pass per output, same first-max / NaN-wins rule as the general loop below.
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 18))
     for (int64_t p = 0; p < planes; ++p) {
       const T* xp = px + p * H * W;
@@ -284,7 +354,7 @@ void max_pool2d_nhwc(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, con
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
-  float* bufs = ctx.scratch<float>(int64_t(omp_get_max_threads()) * C);
+  float* bufs = ctx.scratch<float>(int64_t(omp_get_max_threads()) * KernelCtx::per_thread<float>(C));
   const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static) if (N * HO * WO * C * kh * kw > (1 << 15))
   for (int64_t q = 0; q < N * HO * WO; ++q) {
@@ -293,7 +363,7 @@ void max_pool2d_nhwc(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, con
     const int64_t h1 = std::min(h0 + (kh - 1) * dh + 1, H), w1 = std::min(w0 + (kw - 1) * dw + 1, W);
     while (h0 < 0) h0 += dh;
     while (w0 < 0) w0 += dw;
-    float* m = bufs + int64_t(omp_get_thread_num()) * C;
+    float* m = bufs + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(C);
     int64_t* ir = pi + q * C;
     std::fill_n(m, C, ninf);
     std::fill_n(ir, C, h0 * W + w0);
@@ -461,7 +531,7 @@ void avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const Avg
   const int threads = omp_get_max_threads();
   int64_t* col = ctx.scratch<int64_t>(2 * WO);
   // Per thread: g (WO) = dy / divisor of one output row, t (W) = g spread over the columns.
-  float* tbuf = ctx.scratch<float>(int64_t(threads) * (WO + W));
+  float* tbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(WO + W));
   for (int64_t ow = 0; ow < WO; ++ow) {
     AvgAxis c = avg_axis(ow, W, kw, sw, pw);
     col[ow] = c.padded;
@@ -475,7 +545,7 @@ void avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const Avg
   // than once per (output row, kernel row); the row sums are contiguous.
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
   for (int64_t p = 0; p < planes; ++p) {
-    float* g = tbuf + int64_t(omp_get_thread_num()) * (WO + W);
+    float* g = tbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(WO + W);
     float* t = g + WO;
     float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
@@ -531,14 +601,18 @@ void adaptive_avg_pool2d(KernelCtx& ctx, const Tensor& x, Tensor& y) {
     }
     return;
   }
+  if (HO == H && WO == W) {  // every window one value (AlexNet's pool to 6x6 of 6x6 maps): a copy
+    std::copy_n(px, planes * H * W, py);
+    return;
+  }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
-  float* cbuf = ctx.scratch<float>(int64_t(threads) * W);
+  float* cbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(W));
   // Separable: c[iw] = sum over the row window of oh (contiguous vector adds, the bulk of the
   // work), then y[oh][ow] = sum of c over the column window of ow (short scalar runs).
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
-    float* c = cbuf + int64_t(omp_get_thread_num()) * W;
+    float* c = cbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(W);
     const T* xp = px + p * H * W;
     for (int64_t oh = 0; oh < HO; ++oh) {
       std::fill_n(c, W, 0.f);
@@ -580,15 +654,19 @@ void adaptive_avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, 
     for (int64_t p = 0; p < planes; ++p) std::fill_n(pdx + p * HW, HW, store<T>(load(pdy[p]) / float(HW)));
     return;
   }
+  if (HO == H && WO == W) {  // an identity forward: dx = dy
+    std::copy_n(pdy, planes * H * W, pdx);
+    return;
+  }
   float* f32_planes = f32_buffers<T>(ctx, H * W);
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
   const int threads = omp_get_max_threads();
-  float* tbuf = ctx.scratch<float>(int64_t(threads) * W);
+  float* tbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(W));
   // dx[ih] = sum over row windows oh holding ih of t_oh, t_oh[iw] = sum over column windows ow
   // holding iw of dy[oh][ow] / area.
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
-    float* t = tbuf + int64_t(omp_get_thread_num()) * W;
+    float* t = tbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(W);
     float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
     for (int64_t oh = 0; oh < HO; ++oh) {
