@@ -13,30 +13,43 @@ namespace {
 constexpr int64_t kParallelMin = int64_t(1) << 16;  // elements: below this one thread is faster
 }
 
+namespace {
+// One SGD variant with its branches hoisted out of the loop: GCC left the loop with them inside
+// scalar (a conditional read of the momentum buffer), 2.5 ns a parameter on LeNet-5's.
+template <bool Decay, bool Momentum, bool First, bool Nesterov>
+void sgd(float* __restrict pd, const float* __restrict gd, float* __restrict bd, int64_t n, float lr, float wd,
+         float mom, float damp) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t k = 0; k < n; ++k) {
+    float d = gd[k];
+    if constexpr (Decay) d += wd * pd[k];
+    if constexpr (Momentum) {
+      float b;
+      if constexpr (First) b = d;
+      else b = mom * bd[k] + (1.0f - damp) * d;
+      bd[k] = b;
+      d = Nesterov ? d + mom * b : b;
+    }
+    pd[k] -= lr * d;
+  }
+}
+}  // namespace
+
 Support SgdUpdate::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const float lr = float(a.lr), wd = float(a.weight_decay), mom = float(a.momentum), damp = float(a.dampening);
   float* pd = out[0].data<float>();
   const float* gd = in[1].data<float>();
+  float* bd = out.size() > 1 ? out[1].data<float>() : nullptr;
   const int64_t n = out[0].numel();
-  if (out.size() == 1) {
-#pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t k = 0; k < n; ++k) {
-      float d = gd[k];
-      if (wd != 0.0f) d += wd * pd[k];
-      pd[k] -= lr * d;
-    }
-    return Support::yes();
-  }
-  float* bd = out[1].data<float>();
-  const bool first = a.first, nesterov = a.nesterov;
-#pragma omp parallel for simd if (n > kParallelMin)
-  for (int64_t k = 0; k < n; ++k) {
-    float d = gd[k];
-    if (wd != 0.0f) d += wd * pd[k];
-    bd[k] = first ? d : mom * bd[k] + (1.0f - damp) * d;
-    d = nesterov ? d + mom * bd[k] : bd[k];
-    pd[k] -= lr * d;
-  }
+  auto run = [&]<bool Decay>() {
+    if (!bd) sgd<Decay, false, false, false>(pd, gd, bd, n, lr, wd, mom, damp);
+    else if (a.first && a.nesterov) sgd<Decay, true, true, true>(pd, gd, bd, n, lr, wd, mom, damp);
+    else if (a.first) sgd<Decay, true, true, false>(pd, gd, bd, n, lr, wd, mom, damp);
+    else if (a.nesterov) sgd<Decay, true, false, true>(pd, gd, bd, n, lr, wd, mom, damp);
+    else sgd<Decay, true, false, false>(pd, gd, bd, n, lr, wd, mom, damp);
+  };
+  if (wd != 0.0f) run.template operator()<true>();
+  else run.template operator()<false>();
   return Support::yes();
 }
 
