@@ -9,6 +9,7 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
+#include "reckon/ops/update.h"
 
 using namespace reckon;
 
@@ -58,6 +59,8 @@ const ConvShape kConvs[] = {
     {"alexnet_conv1", 16, 3, 224, 96, 11, 4, 2},
     {"alexnet_conv3", 16, 256, 13, 384, 3, 1, 1},
     {"cifar_3x3_128", 128, 128, 16, 128, 3, 1, 1},
+    {"lenet_conv2", 64, 6, 14, 16, 5, 1, 0},
+    {"lenet_conv1", 64, 1, 28, 6, 5, 1, 2},
 };
 
 void BM_conv2d_fwd(benchmark::State& st) {
@@ -137,6 +140,15 @@ void BM_adaptive_avg_pool2d_fwd_bwd(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 3);
 }
 
+// One SGD-with-momentum update of n parameters (LeNet-5's largest tensor is 48,000; a bias 6).
+void BM_sgd_update(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  Tensor p = rand_t({n}), g = rand_t({n}), buf = rand_t({n});
+  NoGrad ng;
+  for (auto _ : st) call<SgdUpdate>({p, g, buf}, {.lr = 1e-6, .momentum = 0.9});
+  st.SetBytesProcessed(int64_t(st.iterations()) * n * 4 * 5);
+}
+
 // LeNet-5's first layer (1 -> 6 channels, 5x5, padding 2, 28x28) at batch 256, the forward of the
 // inference engine's direct step: f32, and int8 (s8 in, u8 out, bias and relu requantized). Both
 // run reckon's direct loops (kernels/cpu/conv_small.h); int8 adds the conversions around them.
@@ -172,8 +184,9 @@ BENCHMARK(BM_max_pool2d_fwd)
     ->UseRealTime();
 BENCHMARK(BM_max_pool2d_fwd_bwd)->Args({16, 64, 55, 3, 2})->Args({16, 192, 27, 3, 2})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_adaptive_avg_pool2d_fwd_bwd)->Args({16, 256, 6, 6})->Args({128, 512, 4, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_sgd_update)->Arg(6)->Arg(48000)->Arg(1 << 20)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd_bwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_relu_fwd_bwd)->Unit(benchmark::kMillisecond)->UseRealTime();

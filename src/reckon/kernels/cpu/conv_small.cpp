@@ -253,7 +253,10 @@ void image_forward(const Geo& g, const float* xp, const float* pw, const float* 
     return;
   }
   for (int64_t oh = 0; oh < g.HO; ++oh) {
-    RowSpec r{xp + oh * Wp, g.C, Hp * Wp, g.KH, Wp, g.KW, 1, pw, g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
+    // Kernel rows kh in [k0, k1] read a row of x (0 <= oh + kh - ph < H), the others its padding.
+    const int64_t k0 = std::max<int64_t>(0, g.ph - oh), k1 = std::min(g.KH - 1, g.H - 1 + g.ph - oh);
+    RowSpec r{xp + (oh + k0) * Wp, g.C, Hp * Wp, std::max<int64_t>(0, k1 - k0 + 1), Wp, g.KW, 1, pw + k0 * g.KW,
+              g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
     run_rows(r, pb, y + oh * g.WO, plane, g.O, g.WO);
   }
 }
@@ -390,9 +393,12 @@ void backward_input(KernelCtx& ctx, const Tensor& dy, const Tensor& w, Tensor& d
     float* dp = pads + omp_get_thread_num() * per;
     pad_planes(pdy + n * g.O * g.HO * g.WO, g.O, g.HO, g.WO, dp, Hp, Wp, g.KH - 1, g.KW - 1);
     for (int64_t ih = 0; ih < g.H; ++ih) {
-      // tap (kh, kw) reads dypad row ih + ph - kh + KH - 1 from column pw - kw + KW - 1
-      RowSpec r{dp + (ih + g.ph + g.KH - 1) * Wp + g.pw + g.KW - 1, g.O, Hp * Wp, g.KH, -Wp, g.KW, -1,
-                pw, g.KH * g.KW, g.C * g.KH * g.KW, g.KW};
+      // tap (kh, kw) reads dypad row ih + ph - kh + KH - 1 from column pw - kw + KW - 1. Only the
+      // kernel rows kh in [k0, k1] read a row of dy (0 <= ih + ph - kh < HO); the others would add
+      // the padding's zeros (LeNet-5's conv2: 50 of its 70 row taps are real).
+      const int64_t k0 = std::max<int64_t>(0, ih + g.ph - g.HO + 1), k1 = std::min(g.KH - 1, ih + g.ph);
+      RowSpec r{dp + (ih + g.ph + g.KH - 1 - k0) * Wp + g.pw + g.KW - 1, g.O, Hp * Wp, std::max<int64_t>(0, k1 - k0 + 1),
+                -Wp, g.KW, -1, pw + k0 * g.KW, g.KH * g.KW, g.C * g.KH * g.KW, g.KW};
       run_rows(r, nullptr, pdx + (n * g.C * g.H + ih) * g.W, g.H * g.W, g.C, g.W);
     }
   }
