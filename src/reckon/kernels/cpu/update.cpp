@@ -10,7 +10,7 @@
 namespace reckon {
 
 namespace {
-constexpr int64_t kParallelMin = int64_t(1) << 16;  // elements: below this one thread is faster
+constexpr int64_t kParallelMin = int64_t(1) << 14;  // elements: below this one thread is faster
 }
 
 namespace {
