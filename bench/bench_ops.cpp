@@ -178,6 +178,7 @@ void BM_first_layer_fwd(benchmark::State& st) {
 BENCHMARK(BM_first_layer_fwd)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_max_pool2d_fwd)
     ->Args({64, 6, 28, 2, 2})
+    ->Args({64, 16, 10, 2, 2})
     ->Args({32, 64, 112, 2, 2})
     ->Args({16, 64, 55, 3, 2})
     ->Unit(benchmark::kMicrosecond)

@@ -202,7 +202,7 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2) {
       // 2x2/2, the most common pool: outputs of a row are independent, so the loop over ow
       // vectorises (stride-2 loads) instead of chaining one compare after another.
-#pragma omp parallel for schedule(static) if (planes * HO * WO > (1 << 16))
+#pragma omp parallel for schedule(static) if (planes * HO * WO > (1 << 13))
       for (int64_t p = 0; p < planes; ++p) {
         const T* xp = px + p * H * W;
         for (int64_t oh = 0; oh < HO; ++oh) {
