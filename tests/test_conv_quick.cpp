@@ -163,6 +163,8 @@ TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
                                    {{2, 2, 9, 50}, {7, 2, 3, 2}, 1, true},
                                    // two rows, padding 3: most kernel rows of every output row fall in the padding
                                    {{2, 3, 2, 20}, {6, 3, 4, 4}, 3, true},
+                                   // 8 taps a kernel row: weight gradients 3 output channels at a time, then 2
+                                   {{2, 2, 9, 40}, {5, 2, 3, 8}, 1, true},
                                    // 12-16 outputs: output channels in the lanes, 13 of 16 used
                                    {{2, 2, 28, 28}, {13, 2, 3, 3}, 1, true},   // rows of 12 + 12 + 4 pixels
                                    {{3, 4, 9, 9}, {16, 4, 3, 3}, 0, false}};
