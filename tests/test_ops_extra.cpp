@@ -624,7 +624,7 @@ TEST(OpsExtra, MaxPoolInsideWindowsMatchTheReferenceExactly) {
   // Pools whose windows all lie inside the input (AlexNet's 3x3/2) run a vector kernel of 16
   // outputs at a time: stride 1 (plain loads), 2 (a permute) and 3 (a gather), square and
   // rectangular windows, rows of one partial chunk and of full chunks plus a partial, ties and
-  // NaNs (a NaN at a window's first tap too), in f32 and bf16 (rows widened).
+  // NaNs (a NaN at a window's first tap too), in f32, and bf16 and f16 (rows widened).
   struct Pool {
     Shape x;
     PoolAttrs a;
@@ -636,9 +636,10 @@ TEST(OpsExtra, MaxPoolInsideWindowsMatchTheReferenceExactly) {
       {{1, 3, 10, 61}, {{3, 3}, {3, 3}}},  // 20, gathered
       {{2, 2, 9, 37}, {{2, 3}, {1, 2}}},   // 18
       {{1, 1, 5, 5}, {{5, 5}, {1, 1}}},    // one window
+      {{4, 8, 33, 41}, {{3, 3}, {2, 2}}},  // over the threshold for two threads: each its own row buffers
   };
   Generator g(5);
-  for (DType t : {DType::f32, DType::bf16})
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
     for (const Pool& pool : pools) {
       Tensor x = Tensor::empty(pool.x);
       fill_uniform_(x, -2, 2, g);

@@ -108,7 +108,8 @@ int64_t physical_memory_bytes() {
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
 constexpr int kCalibrationFormat = 7;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                        // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
-                                       // 7: max pooling's vector kernel for windows inside the input)
+                                       // 7: the pooling kernels, the small direct convolutions'
+                                       // passes and the optimizer updates got faster)
 
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 

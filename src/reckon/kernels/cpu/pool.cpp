@@ -601,8 +601,11 @@ void adaptive_avg_pool2d(KernelCtx& ctx, const Tensor& x, Tensor& y) {
     }
     return;
   }
-  if (HO == H && WO == W) {  // every window one value (AlexNet's pool to 6x6 of 6x6 maps): a copy
-    std::copy_n(px, planes * H * W, py);
+  if (HO == H && WO == W) {  // every window one value (AlexNet's pool to 6x6 of 6x6 maps): a copy,
+    // as the sum from +0 gives it (-0 becomes +0, as in the loops below and the reference)
+    const int64_t n = planes * H * W;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) py[i] = store<T>(0.0f + load(px[i]));
     return;
   }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
@@ -654,8 +657,10 @@ void adaptive_avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, 
     for (int64_t p = 0; p < planes; ++p) std::fill_n(pdx + p * HW, HW, store<T>(load(pdy[p]) / float(HW)));
     return;
   }
-  if (HO == H && WO == W) {  // an identity forward: dx = dy
-    std::copy_n(pdy, planes * H * W, pdx);
+  if (HO == H && WO == W) {  // an identity forward: dx = dy (summed from +0, as below)
+    const int64_t n = planes * H * W;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) pdx[i] = store<T>(0.0f + load(pdy[i]));
     return;
   }
   float* f32_planes = f32_buffers<T>(ctx, H * W);
