@@ -63,17 +63,25 @@ template <class T>
 constexpr bool kF32 = std::is_same_v<T, float>;
 // For bf16/f16: one f32 buffer of n floats per thread, for what the f32 kernel accumulates in
 // its output (none for f32).
+// n floats of scratch for each thread, each thread's slice on cache lines of its own
+// (KernelCtx::per_thread), and the calling thread's slice of them.
+float* thread_buffers(KernelCtx& ctx, int64_t n) {
+  return ctx.scratch<float>(int64_t(omp_get_max_threads()) * KernelCtx::per_thread<float>(n));
+}
+float* thread_slice(float* buffers, int64_t n) {
+  return buffers + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(n);
+}
 template <class T>
 float* f32_buffers(KernelCtx& ctx, int64_t n) {
   if constexpr (kF32<T>) return nullptr;
-  else return ctx.scratch<float>(int64_t(omp_get_max_threads()) * KernelCtx::per_thread<float>(n));
+  else return thread_buffers(ctx, n);
 }
 // Where n f32 results are accumulated: the output itself for f32, else the calling thread's
 // buffer.
 template <class T>
 float* f32_out(T* out, float* buffers, int64_t n) {
   if constexpr (kF32<T>) return out;
-  else return buffers + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(n);
+  else return thread_slice(buffers, n);
 }
 // n values to f32 and back, as loops of restrict pointers (so that they vectorise).
 template <class T>
@@ -216,7 +224,7 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
             max_pool_2x2_row_f32(r0, r1, b0, W, WO, yr, ir);
             continue;
           } else {  // bf16/f16: the rows widened to f32 (exact), the same kernel, the maxima stored back (exact)
-            float* f0 = rows2 + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(2 * W + WO);
+            float* f0 = thread_slice(rows2, 2 * W + WO);
             float* f1 = f0 + W;
             float* fy = f1 + W;
             widen(r0, f0, 2 * WO);
@@ -259,7 +267,7 @@ void max_pool2d(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, const Po
         const T* xp = px + p * H * W;
         const float* rows[16];
         float* fbuf = nullptr;
-        if constexpr (!kF32<T>) fbuf = widened + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(kh * W + WO);
+        if constexpr (!kF32<T>) fbuf = thread_slice(widened, kh * W + WO);
         for (int64_t oh = 0; oh < HO; ++oh) {
           const T* r0 = xp + oh * sh * W;
           for (int64_t i = 0; i < kh; ++i) {
@@ -354,7 +362,7 @@ void max_pool2d_nhwc(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, con
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
-  float* bufs = ctx.scratch<float>(int64_t(omp_get_max_threads()) * KernelCtx::per_thread<float>(C));
+  float* bufs = thread_buffers(ctx, C);
   const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static) if (N * HO * WO * C * kh * kw > (1 << 15))
   for (int64_t q = 0; q < N * HO * WO; ++q) {
@@ -363,7 +371,7 @@ void max_pool2d_nhwc(KernelCtx& ctx, const Tensor& x, std::span<Tensor> out, con
     const int64_t h1 = std::min(h0 + (kh - 1) * dh + 1, H), w1 = std::min(w0 + (kw - 1) * dw + 1, W);
     while (h0 < 0) h0 += dh;
     while (w0 < 0) w0 += dw;
-    float* m = bufs + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(C);
+    float* m = thread_slice(bufs, C);
     int64_t* ir = pi + q * C;
     std::fill_n(m, C, ninf);
     std::fill_n(ir, C, h0 * W + w0);
@@ -528,10 +536,9 @@ void avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const Avg
   const int64_t planes = a.x_shape[0] * a.x_shape[1], H = a.x_shape[2], W = a.x_shape[3];
   const int64_t HO = dy.size(2), WO = dy.size(3);
   const int64_t kh = q.kernel[0], kw = q.kernel[1], sw = q.stride[1], pw = q.padding[1];
-  const int threads = omp_get_max_threads();
   int64_t* col = ctx.scratch<int64_t>(2 * WO);
   // Per thread: g (WO) = dy / divisor of one output row, t (W) = g spread over the columns.
-  float* tbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(WO + W));
+  float* tbuf = thread_buffers(ctx, WO + W);
   for (int64_t ow = 0; ow < WO; ++ow) {
     AvgAxis c = avg_axis(ow, W, kw, sw, pw);
     col[ow] = c.padded;
@@ -545,7 +552,7 @@ void avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, const Avg
   // than once per (output row, kernel row); the row sums are contiguous.
 #pragma omp parallel for schedule(static) if (planes * HO * WO * kh * kw > (1 << 14))
   for (int64_t p = 0; p < planes; ++p) {
-    float* g = tbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(WO + W);
+    float* g = thread_slice(tbuf, WO + W);
     float* t = g + WO;
     float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
@@ -609,13 +616,12 @@ void adaptive_avg_pool2d(KernelCtx& ctx, const Tensor& x, Tensor& y) {
     return;
   }
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
-  const int threads = omp_get_max_threads();
-  float* cbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(W));
+  float* cbuf = thread_buffers(ctx, W);
   // Separable: c[iw] = sum over the row window of oh (contiguous vector adds, the bulk of the
   // work), then y[oh][ow] = sum of c over the column window of ow (short scalar runs).
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
-    float* c = cbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(W);
+    float* c = thread_slice(cbuf, W);
     const T* xp = px + p * H * W;
     for (int64_t oh = 0; oh < HO; ++oh) {
       std::fill_n(c, W, 0.f);
@@ -665,13 +671,12 @@ void adaptive_avg_pool2d_backward(KernelCtx& ctx, const Tensor& dy, Tensor& dx, 
   }
   float* f32_planes = f32_buffers<T>(ctx, H * W);
   const AdaptiveWin win = adaptive_windows(ctx, H, W, HO, WO);
-  const int threads = omp_get_max_threads();
-  float* tbuf = ctx.scratch<float>(int64_t(threads) * KernelCtx::per_thread<float>(W));
+  float* tbuf = thread_buffers(ctx, W);
   // dx[ih] = sum over row windows oh holding ih of t_oh, t_oh[iw] = sum over column windows ow
   // holding iw of dy[oh][ow] / area.
 #pragma omp parallel for schedule(static) if (planes * H * W > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
-    float* t = tbuf + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(W);
+    float* t = thread_slice(tbuf, W);
     float* dp = f32_out(pdx + p * H * W, f32_planes, H * W);
     std::fill_n(dp, H * W, 0.f);
     for (int64_t oh = 0; oh < HO; ++oh) {
