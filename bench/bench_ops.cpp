@@ -112,6 +112,16 @@ void BM_relu_fwd_bwd(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 5);
 }
 
+// Arg: elements. Out-of-place relu from inside L1 to past the last-level cache: the bandwidth
+// a streaming op sees at each working-set size (read n x 4 bytes, write n x 4), the curve the
+// ledger's cache-aware roofline (devices.h) steps along.
+void BM_relu_fwd(benchmark::State& st) {
+  Tensor x = rand_t({st.range(0)});
+  NoGrad ng;
+  run_bench(st, [&] { benchmark::DoNotOptimize(relu(x)); });
+  st.SetBytesProcessed(int64_t(st.iterations()) * x.nbytes() * 2);
+}
+
 // Args: N, C, H (= W), kernel, stride: LeNet-5's and ResNet's 2x2/2, AlexNet's 3x3/2.
 void BM_max_pool2d_fwd(benchmark::State& st) {
   Tensor x = rand_t({st.range(0), st.range(1), st.range(2), st.range(2)});
@@ -190,6 +200,7 @@ BENCHMARK(BM_conv2d_fwd)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRe
 BENCHMARK(BM_conv2d_fwd_bwd)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_linear_fwd_bwd)->Args({256, 4096, 4096})->Args({256, 9216, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_relu_fwd)->RangeMultiplier(4)->Range(1 << 12, 1 << 28)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_relu_fwd_bwd)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

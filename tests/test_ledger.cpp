@@ -6,6 +6,7 @@
 // Time predictions are printed, not asserted: CI shares its two cores with other work.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -564,11 +565,68 @@ TEST(Ledger, DeviceCatalog) {
   EXPECT_FALSE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e["op_families"] = good; });
   EXPECT_TRUE(cached_cpu_spec().has_value());
+  // The bandwidth by working-set size: from inside L2 (1 MiB moved) to past the last-level cache
+  // (at least 256 MiB moved), ascending in bytes, never faster for more of them, ending at the
+  // memory bandwidth; read back as written. A curve that bends up, or is not a list of pairs,
+  // is not used.
+  ASSERT_GE(cpu.bandwidth_curve.size(), 2u);
+  EXPECT_DOUBLE_EQ(cpu.bandwidth_curve.front().first, 1024.0 * 1024);
+  EXPECT_GE(cpu.bandwidth_curve.back().first, 256.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(cpu.bandwidth_curve.back().second, cpu.bandwidth_bytes);
+  for (size_t i = 1; i < cpu.bandwidth_curve.size(); ++i) {
+    EXPECT_GT(cpu.bandwidth_curve[i].first, cpu.bandwidth_curve[i - 1].first);
+    EXPECT_LE(cpu.bandwidth_curve[i].second, cpu.bandwidth_curve[i - 1].second);
+  }
+  ASSERT_EQ(cached_cpu_spec()->bandwidth_curve.size(), cpu.bandwidth_curve.size());
+  for (size_t i = 0; i < cpu.bandwidth_curve.size(); ++i) {
+    EXPECT_DOUBLE_EQ(cached_cpu_spec()->bandwidth_curve[i].first, cpu.bandwidth_curve[i].first);
+    EXPECT_NEAR(cached_cpu_spec()->bandwidth_curve[i].second, cpu.bandwidth_curve[i].second,
+                1e-6 * cpu.bandwidth_curve[i].second);
+  }
+  const json good_curve = [&] {
+    std::ifstream in(device_cache_path());
+    return json::parse(in)["cpus"].begin().value()["bandwidth_curve"];
+  }();
+  for (const json& bad : {json::array(), json::array({json::array({2e6, 50}), json::array({1e6, 40})}),
+                          json::array({json::array({1e6, 40}), json::array({2e6, 50})}),
+                          json::array({json::array({1e6, -1})}), json::array({1, 2}), json(nullptr)}) {
+    SCOPED_TRACE(bad.dump());
+    edit_entry([&](json& e) { e["bandwidth_curve"] = bad; });
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
+  edit_entry([&](json& e) { e["bandwidth_curve"] = good_curve; });
+  EXPECT_TRUE(cached_cpu_spec().has_value());
   std::filesystem::remove_all(dir);
   forget_cpu_calibration();  // (RECKON_CACHE_DIR is put back as this test ends)
 }
 
 // ---- the time model per op family (issue 15) ----
+
+// The bandwidth an op sees by the bytes it moves: the first point's below it, the last one's
+// (the memory's) above it, interpolated in log(bytes) between; a device without a curve (the
+// GPUs' datasheet entries) has one bandwidth. The roofline and an op's time use it.
+TEST(TimeModel, BandwidthFollowsTheWorkingSetCurve) {
+  DeviceSpec d;
+  d.name = "cpu";
+  d.fp32_flops = 1e11;
+  d.bandwidth_bytes = 20e9;
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e3), 20e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e12), 20e9);
+  d.bandwidth_curve = {{1e6, 100e9}, {4e6, 50e9}, {1e9, 20e9}};
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e3), 100e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e6), 100e9);
+  EXPECT_NEAR(d.bandwidth_at(2e6), std::sqrt(100e9 * 50e9), 1e-3);  // halfway in log(bytes)
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(4e6), 50e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e9), 20e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e12), 20e9);
+  for (double b = 1e5; b < 2e9; b *= 1.3) EXPECT_LE(d.bandwidth_at(b * 1.3), d.bandwidth_at(b) * (1 + 1e-12)) << b;
+  // 1 MB moved takes 10 us from the caches, 50 us from memory.
+  EXPECT_NEAR(roofline_s(d, 0, 1e6, "fp32"), 1e-5, 1e-12);
+  EXPECT_NEAR(roofline_s(d, 0, 2e9, "fp32"), 0.1, 1e-9);
+  EXPECT_NEAR(op_time(d, "relu", "", "fp32", {}, 0, 1e6).roofline_s, 1e-5, 1e-12);
+  EXPECT_FALSE(op_time(d, "relu", "", "fp32", {}, 0, 1e6).compute_bound);
+  EXPECT_TRUE(op_time(d, "relu", "", "fp32", {}, 11e6, 1e6).compute_bound);  // 110 us of compute
+}
 
 namespace {
 FamilySample sample(double roofline_s, double measured_s) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,13 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// The last-level cache's size (L3, else L2; 32 MiB when the system does not say).
+int64_t last_level_cache_bytes() {
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE})
+    if (long v = sysconf(name); v > 0) return int64_t(v);
+  return int64_t(32) << 20;
+}
+
 int64_t physical_memory_bytes() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
@@ -106,10 +114,11 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 7;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 8;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                        // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                        // 7: the pooling kernels, the small direct convolutions'
-                                       // passes and the optimizer updates got faster)
+                                       // passes and the optimizer updates got faster; 8: the
+                                       // bandwidth by working-set size)
 
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 
@@ -156,6 +165,14 @@ std::optional<DeviceSpec> read_cache() {
     d.bf16_flops = e.at("bf16_gflops").get<double>() * kG;  // absent in older caches: calibrate again
     d.fp16_flops = d.fp32_flops;
     d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
+    for (const auto& p : e.at("bandwidth_curve")) {  // absent before format 8: calibrate again
+      const double bytes = p.at(0).get<double>(), bw = p.at(1).get<double>() * kG;
+      if (!(bytes > 0 && bytes < 1e15 && bw > 0 && bw < 1e15) || d.bandwidth_curve.size() >= 64 ||
+          (!d.bandwidth_curve.empty() && !(bytes > d.bandwidth_curve.back().first && bw <= d.bandwidth_curve.back().second)))
+        return std::nullopt;
+      d.bandwidth_curve.emplace_back(bytes, bw);
+    }
+    if (d.bandwidth_curve.empty()) return std::nullopt;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
     d.int8_ops = e.at("int8_gops").get<double>() * kG;            // absent in older caches: calibrate again
@@ -208,12 +225,15 @@ void write_cache(const DeviceSpec& d) {
   json families = json::object();
   for (const auto& [k, f] : d.op_families)  // (fit_family's lines are finite and within its bounds)
     families[k] = {{"fixed_us", f.fixed_s * 1e6}, {"scale", f.scale}, {"samples", f.samples}};
+  json curve = json::array();
+  for (const auto& [bytes, bw] : d.bandwidth_curve) curve.push_back({bytes, bw / kG});
   j["cpus"][cache_key()] = {{"description", d.description},
                             {"calibrated_at", d.calibrated_at},
                             {"fp32_gflops", d.fp32_flops / kG},
                             {"bf16_gflops", d.bf16_flops / kG},
                             {"int8_gops", d.int8_ops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
+                            {"bandwidth_curve", curve},
                             {"op_overhead_us", d.op_overhead_s * 1e6},
                             {"winograd_speedup", d.winograd_speedup},
                             {"engine_step_overhead_us", d.engine_step_overhead_s * 1e6},
@@ -290,6 +310,16 @@ std::string calibration_quality(const DeviceSpec& d) {
                        others, d.attempts);
   return fmt::format("made under load: {} (calibration {} of at most {}: taken again on the next use)", others,
                      d.attempts, kCalibrationAttempts);
+}
+
+double DeviceSpec::bandwidth_at(double bytes) const {
+  const auto& c = bandwidth_curve;
+  if (c.empty() || !(bytes > c.front().first)) return c.empty() ? bandwidth_bytes : c.front().second;
+  if (bytes >= c.back().first) return c.back().second;
+  size_t i = 1;
+  while (c[i].first < bytes) ++i;
+  const double f = std::log(bytes / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+  return std::exp(std::log(c[i - 1].second) + f * (std::log(c[i].second) - std::log(c[i - 1].second)));
 }
 
 double DeviceSpec::peak(const std::string& precision) const {
@@ -374,12 +404,26 @@ DeviceSpec calibrate_cpu() {
     d.int8_ops = 2.0 * double(n * n * n) / si;
   }
   {
-    // Bandwidth: relu over 128 MiB (read 128 MiB, write 128 MiB) with reckon's cpu kernel.
-    const int64_t n = int64_t(32) << 20;
-    Tensor x = Tensor::empty({n});
-    fill_(x, 1.0);
-    double s = note(time_runs(7, [&] { relu(x); }));
-    d.bandwidth_bytes = 2.0 * double(n) * 4.0 / s;
+    // Bandwidth by working-set size: reckon's cpu relu (read n x 4 bytes, write as many into a
+    // buffer the allocator keeps) over 512 KiB, 2, 8 and 32 MiB (inside L2, then L3 on most
+    // cpus) and twice the last-level cache (at least 128 MiB, at most 1 GiB or an eighth of
+    // memory): past every cache, the memory bandwidth. A larger working set is never counted
+    // faster than a smaller one (noise would otherwise bend the curve up).
+    const int64_t llc = last_level_cache_bytes();
+    int64_t big = std::clamp<int64_t>(2 * llc, int64_t(128) << 20, int64_t(1) << 30);
+    if (d.memory_bytes > 0) big = std::max<int64_t>(int64_t(32) << 20, std::min(big, d.memory_bytes / 8));
+    for (int64_t in_bytes : {int64_t(512) << 10, int64_t(2) << 20, int64_t(8) << 20, int64_t(32) << 20, big}) {
+      if (!d.bandwidth_curve.empty() && in_bytes <= d.bandwidth_curve.back().first / 2) continue;
+      const int64_t n = in_bytes / 4;
+      Tensor x = Tensor::empty({n});
+      fill_(x, 1.0);
+      const Timed t = time_runs(in_bytes <= (int64_t(8) << 20) ? 25 : 7, [&] { relu(x); });
+      if (in_bytes == big) note(t);  // (the small sizes' spread is the clock's, not the machine's)
+      d.bandwidth_curve.emplace_back(2.0 * double(in_bytes), 2.0 * double(in_bytes) / t.best);
+    }
+    for (size_t i = d.bandwidth_curve.size() - 1; i-- > 0;)
+      d.bandwidth_curve[i].second = std::max(d.bandwidth_curve[i].second, d.bandwidth_curve[i + 1].second);
+    d.bandwidth_bytes = d.bandwidth_curve.back().second;
   }
   {
     // Per-op overhead as a training step pays it: 64 relus of one element, their autograd nodes,

@@ -2,7 +2,8 @@
 // by a short calibration through reckon's own ops (so the peak is what reckon's kernels reach,
 // not what the vendor prints) and cached, plus datasheet entries for common GPUs (dense figures,
 // no structured sparsity). A device is a roofline: a compute peak per precision, a memory
-// bandwidth, and a fixed cost per op. Not here: caches, clocks under load, multi-GPU links.
+// bandwidth (the cpu: by working-set size, so an op inside the caches is timed at the caches'
+// rate), and a fixed cost per op. Not here: clocks under load, multi-GPU links.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -46,7 +47,7 @@ struct DeviceSpec {
   bool calibrated = false;  // measured on this machine (true) or from a datasheet
   // Peak dense throughput in operations per second (FLOP/s; int8: OP/s); 0 = unknown.
   double fp32_flops = 0, tf32_flops = 0, bf16_flops = 0, fp16_flops = 0, int8_ops = 0;
-  double bandwidth_bytes = 0;  // memory bandwidth, bytes per second
+  double bandwidth_bytes = 0;  // memory bandwidth, bytes per second (the cpu: past its last-level cache)
   int64_t memory_bytes = 0;    // device memory (the CPU: physical memory)
   double op_overhead_s = 0;    // fixed time per op call (dispatch, kernel launch)
   // How much faster than its direct-sum FLOPs at peak a convolution runs when its kernel chose
@@ -70,12 +71,22 @@ struct DeviceSpec {
   // The time model per op family (time_model.h), keyed by time_family(); the cpu: fitted on the
   // calibration's probe; empty elsewhere (the roofline and op_overhead_s time every op).
   std::map<std::string, FamilyTime> op_families = {};
+  // The bandwidth a streaming op sees by the bytes it moves (read + written): measured points
+  // {bytes, bytes per second}, ascending in bytes and non-increasing in bandwidth, the last one
+  // bandwidth_bytes. The cpu: calibrated from inside L2 to past the last-level cache (on a Zen 4,
+  // 2 threads, about 100 GB/s in L2 against 35 from memory; a lenet5 step runs in the caches);
+  // empty for datasheet entries (bandwidth_bytes at every size).
+  std::vector<std::pair<double, double>> bandwidth_curve = {};
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
   // The roofline's ridge point: peak / bandwidth, in FLOPs per byte. An op whose arithmetic
   // intensity is above it is compute-bound on this device, below it bandwidth-bound.
   double ridge(const std::string& precision) const { return peak(precision) / bandwidth_bytes; }
+  // The bandwidth for an op that moves `bytes`: the curve's first point below it, its last
+  // (bandwidth_bytes) above it, and between two points the bandwidth interpolated linearly in
+  // log(bytes) (a working set that spills a cache level does so gradually).
+  double bandwidth_at(double bytes) const;
 };
 
 // Catalog keys, "cpu" first.
@@ -91,7 +102,8 @@ constexpr double kCalibrationBusyShare = 0.10;
 constexpr int kCalibrationAttempts = 3;
 
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
-// 1024^3 linear ops (int8: linear_int8, u8 x s8), bandwidth from a 128 MiB relu (read + write), the per-op overhead from a chain of
+// 1024^3 linear ops (int8: linear_int8, u8 x s8), the bandwidth curve from relus (read + write)
+// over 512 KiB to twice the last-level cache (at least 128 MiB), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
 // Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, the
 // inference engine's per-step overhead from a compiled chain of 1-element steps, and the time

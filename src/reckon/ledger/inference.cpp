@@ -106,7 +106,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
   l.arena_bytes = e.arena_bytes();
   l.values_bytes = e.values_bytes();
   l.weight_bytes = e.weight_bytes();
-  const double peak = l.device.peak("fp32"), bw = l.device.bandwidth_bytes;
+  const double peak = l.device.peak("fp32");
   const double peak8 = int8 ? l.device.peak("int8") : 0;
   for (const auto& s : e.steps()) {
     InferenceRow r;
@@ -118,7 +118,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
     const bool on_int8 = int8 && s.op.find("int8") != std::string::npos;
     const double tc = on_int8 ? double(2 * s.cost.macs) / peak8 + double(s.cost.flops) / peak : flops / peak;
-    const double tm = double(s.bytes_moved) / bw;
+    const double tm = double(s.bytes_moved) / l.device.bandwidth_at(double(s.bytes_moved));
     r.predicted_s = std::max(tc, tm) + l.step_overhead_s;
     r.bound = l.step_overhead_s > std::max(tc, tm) ? "overhead" : tc >= tm ? "compute" : "memory";
     l.macs += s.cost.macs;

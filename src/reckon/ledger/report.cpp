@@ -230,6 +230,15 @@ std::string format_ledger(const Ledger& l) {
                        d.device.description, d.device.source, d.device.winograd_speedup, d.family_line_ops,
                        d.op_line_ops, d.roofline_ops,
                        d.roofline_families.empty() ? "" : fmt::format(" ({})", fmt::join(d.roofline_families, ", "))));
+  for (const auto& d : l.times)
+    if (d.device.name == "cpu" && !d.device.bandwidth_curve.empty()) {
+      std::vector<std::string> pts;
+      for (const auto& [bytes, bw] : d.device.bandwidth_curve)
+        pts.push_back(fmt::format("{} {:.0f}", format_mib(int64_t(bytes)), bw / 1e9));
+      line(fmt::format("  cpu: bandwidth by the bytes an op moves (GB/s; between two points interpolated, past the last "
+                       "one the memory's): {}",
+                       fmt::join(pts, ", ")));
+    }
   line(fmt::format("  {}: {} ops compute-bound, {} bandwidth-bound (ridge {:.1f} FLOP/B = {:.2f} TFLOP/s / {:.0f} GB/s)",
                    main.device.name, main.compute_bound_ops, main.memory_bound_ops, main.ridge, main.peak_flops / 1e12,
                    main.device.bandwidth_bytes / 1e9));
@@ -353,13 +362,16 @@ std::string ledger_json(const Ledger& l) {
                  {"process_overhead_source", l.memory.process_overhead_source},
                  {"process_peak_bytes", l.memory.process_peak_bytes}};
   json times = json::array();
-  for (const auto& d : l.times)
+  for (const auto& d : l.times) {
+    json curve = json::array();
+    for (const auto& [bytes, bw] : d.device.bandwidth_curve) curve.push_back({{"bytes", bytes}, {"bandwidth_bytes", bw}});
     times.push_back({{"device", d.device.name},
                      {"description", d.device.description},
                      {"source", d.device.source},
                      {"precision", d.precision},
                      {"peak_flops", d.peak_flops},
                      {"bandwidth_bytes", d.device.bandwidth_bytes},
+                     {"bandwidth_curve", curve},
                      {"memory_bytes", d.device.memory_bytes},
                      {"op_overhead_s", d.device.op_overhead_s},
                      {"winograd_speedup", d.device.winograd_speedup},
@@ -380,6 +392,7 @@ std::string ledger_json(const Ledger& l) {
                      {"steps_per_epoch", d.steps_per_epoch},
                      {"epochs", d.epochs},
                      {"run_s", d.run_s}});
+  }
   j["time"] = times;
   if (l.measured.ran) {
     const LedgerMeasured& m = l.measured;

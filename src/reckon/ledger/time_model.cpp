@@ -78,13 +78,13 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo) {
 }
 
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision) {
-  return std::max(flops / d.peak(precision), bytes / d.bandwidth_bytes);
+  return std::max(flops / d.peak(precision), bytes / d.bandwidth_at(bytes));
 }
 
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
                ConvShape shape, double flops, double bytes) {
   OpTime t;
-  const double tc = flops / d.peak(precision), tm = bytes / d.bandwidth_bytes;
+  const double tc = flops / d.peak(precision), tm = bytes / d.bandwidth_at(bytes);
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
   const FamilyTime* f = nullptr;

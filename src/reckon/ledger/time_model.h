@@ -39,7 +39,7 @@ std::string compute_precision(std::span<const DType> inputs);
 // The FLOPs an op costs on a device: 2 x MACs + other FLOPs, except that a convolution whose cpu
 // kernel chose Winograd runs its direct FLOPs winograd_speedup times faster on the calibrated cpu.
 double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo);
-// max(flops / peak, bytes / bandwidth).
+// max(flops / peak, bytes / bandwidth), the bandwidth at that many bytes (DeviceSpec::bandwidth_at).
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
 
 // The shape class a family names: "" (not a convolution); by width "few" (<= 4: an image's first
