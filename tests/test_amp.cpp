@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
+#include <string>
 
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/nn/layers.h"
@@ -53,8 +55,9 @@ std::map<std::string, Seen> observe(F&& f) {
 }  // namespace
 
 TEST(Autocast, PolicyGivesEachOpItsDtype) {
-  Tensor x = rand_tensor({2, 8, 8, 8}, 1);
-  Tensor w = rand_tensor({4, 8, 3, 3}, 2).set_requires_grad(true);
+  // (16 input channels: not a narrow layer, which some cpus keep in f32; the test below)
+  Tensor x = rand_tensor({2, 16, 8, 8}, 1);
+  Tensor w = rand_tensor({4, 16, 3, 3}, 2).set_requires_grad(true);
   Tensor b = rand_tensor({4}, 3).set_requires_grad(true);
   Tensor bn_w = Tensor::ones({4}), bn_b = Tensor::zeros({4});
   Tensor rm = Tensor::zeros({4}), rv = Tensor::ones({4});
@@ -77,15 +80,17 @@ TEST(Autocast, PolicyGivesEachOpItsDtype) {
     Tensor s = sum(r);
     EXPECT_EQ(s.dtype(), DType::f32) << "sums run in f32";
   }
-  // The exception: an image's first layer of few channels stays f32 (ops/conv.h); with a stride,
-  // or more than 16 outputs, it is lowered as torch.autocast lowers every convolution.
+  // The exception: an image's first layer of few channels stays f32 (ops/conv.h); with more than
+  // 16 outputs it is lowered as torch.autocast lowers every convolution, and with a stride too
+  // but where this cpu's bf16 is the slower (then it is a narrow layer, kept f32).
   {
     Autocast ac(DType::bf16);
     Tensor img = rand_tensor({2, 3, 8, 8}, 6), w3 = rand_tensor({16, 3, 5, 5}, 7).set_requires_grad(true);
     EXPECT_EQ(conv2d(img, w3, Tensor(), {.padding = {2, 2}}).dtype(), DType::f32);
     EXPECT_EQ(conv2d(cast(img, DType::bf16), w3, Tensor(), {.padding = {2, 2}}).dtype(), DType::f32)
         << "a low-precision input is widened for it";
-    EXPECT_EQ(conv2d(img, w3, Tensor(), {.stride = {2, 2}, .padding = {2, 2}}).dtype(), DType::bf16);
+    EXPECT_EQ(conv2d(img, w3, Tensor(), {.stride = {2, 2}, .padding = {2, 2}}).dtype(),
+              cpu_bf16_slower_than_f32() ? DType::f32 : DType::bf16);
     Tensor w64 = rand_tensor({64, 3, 3, 3}, 8).set_requires_grad(true);
     EXPECT_EQ(conv2d(img, w64, Tensor(), {.padding = {1, 1}}).dtype(), DType::bf16);
   }
@@ -180,6 +185,40 @@ TEST(Autocast, Bf16ConvRunsOnTheFastKernelAndMatchesF32) {
       << "isa: " << dnnl_util::cpu_isa_name();
   EXPECT_EQ(out.dtype(), DType::bf16);
   EXPECT_LT(max_rel_diff(cast(out, DType::f32), ref), 0.02);
+}
+
+// Autocast's second exception (ops/conv.h): a narrow convolution stays f32 on a cpu whose bf16 dot
+// products are slower than its f32 FMAs. Which cpus those are, read here from /proc/cpuinfo and
+// oneDNN's ISA (the rule reads cpuid and the ISA): AMX that oneDNN uses, or AVX512_BF16 on AMD,
+// make bf16 the faster; anything else not.
+TEST(Autocast, NarrowConvStaysF32WhereThisCpusBf16IsSlower) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor, flags;
+  while (std::getline(in, line) && (vendor.empty() || flags.empty())) {
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 1);
+    if (line.rfind("flags", 0) == 0) flags = line.substr(line.find(':') + 1) + " ";
+  }
+  if (!flags.empty()) {
+    const bool amx = dnnl_util::cpu_isa_name() == "AVX-512 with AMX";
+    const bool bf16 = flags.find(" avx512_bf16 ") != std::string::npos;
+    EXPECT_EQ(cpu_bf16_slower_than_f32(), !(amx || (bf16 && vendor.find("AuthenticAMD") != std::string::npos)))
+        << vendor << ":" << flags;
+  }
+  const bool slower = cpu_bf16_slower_than_f32();
+  auto out_dtype = [](const Shape& xs, const Shape& ws, Conv2dArgs a) {
+    Tensor x = rand_tensor(xs, 31), w = rand_tensor(ws, 32, -0.2, 0.2);
+    Autocast ac(DType::bf16);
+    return conv2d(x, w, Tensor(), a).dtype();
+  };
+  // LeNet-5's 6 -> 16 (5x5), a strided 8 -> 12, and the edges of "narrow": 15 inputs, 16 outputs.
+  EXPECT_EQ(out_dtype({2, 6, 14, 14}, {16, 6, 5, 5}, {}), slower ? DType::f32 : DType::bf16);
+  EXPECT_EQ(out_dtype({2, 8, 15, 15}, {12, 8, 3, 3}, {.stride = {2, 2}}), slower ? DType::f32 : DType::bf16);
+  EXPECT_EQ(out_dtype({2, 15, 8, 8}, {16, 15, 3, 3}, {}), slower ? DType::f32 : DType::bf16);
+  // Not narrow: 16 inputs, 17 outputs, or grouped: bf16 on every cpu.
+  EXPECT_EQ(out_dtype({2, 16, 8, 8}, {16, 16, 3, 3}, {}), DType::bf16);
+  EXPECT_EQ(out_dtype({2, 6, 8, 8}, {17, 6, 3, 3}, {}), DType::bf16);
+  EXPECT_EQ(out_dtype({2, 8, 8, 8}, {8, 4, 3, 3}, {.groups = 2}), DType::bf16);
+  EXPECT_EQ(narrow_conv_keeps_f32({16, 6, 5, 5}, ConvAttrs{}), slower);
 }
 
 TEST(Autocast, F16ComputesInF32AndStoresF16) {

@@ -19,7 +19,10 @@
 // A later change of what runs, not of how it is counted: since 2026-12-05 autocast keeps an
 // image's few-channel first layer in f32 (ops/conv.h: LeNet-5's 1 -> 6, TinyCNN's 1 -> 16), so the
 // bf16 cases of those two models no longer run what the golden froze; their fp32 cases still do,
-// and every other model's bf16 cases too (tests/test_amp.cpp checks the rule itself).
+// and every other model's bf16 cases too (tests/test_amp.cpp checks the rule itself). Since
+// 2026-12-06 a narrow convolution (LeNet-5's 6 -> 16) also stays f32 under bf16 on a cpu whose
+// bf16 is slower than its f32: the host's cpu, whatever device the ledger times (so lenet5's bf16
+// memory depends on the machine that runs the ledger); no other zoo model has such a layer.
 // Another: since 2026-12-06 a bf16 step runs its activations channels-last by default (optim/
 // step.h), which records its layout changes as ops; the cases here run contiguous, as the golden
 // did (tests/test_channels_last.cpp checks the channels-last step against the contiguous one).

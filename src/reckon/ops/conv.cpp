@@ -15,6 +15,9 @@ bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a)
          a.stride[1] == 1 && a.dilation[0] == 1 && a.dilation[1] == 1;
 }
 
+bool narrow_conv_keeps_f32(const Shape& w, const ConvAttrs& a) {
+  return w.size() == 4 && a.groups == 1 && w[1] < 16 && w[0] <= 16 && cpu_bf16_slower_than_f32();
+}
 
 ConvAlgorithm parse_conv_algorithm(std::string_view s, std::string_view source) {
   if (s == "auto") return ConvAlgorithm::automatic;

@@ -64,6 +64,19 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 // (kernels/cpu/conv_small.h).
 bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a);
 
+// Whether this cpu's bf16 dot products (AVX512_BF16's vdpbf16ps) compute fewer FLOPs a cycle than
+// its f32 FMAs: an Intel core with AVX512_BF16 and no AMX (an Intel Xeon, 2026-12-06: 171 GFLOP/s
+// bf16 against 355 f32 on 2 threads, bench/fma_peak.c), or one without AVX512_BF16. Not on AMD's
+// Zen 4 and later (bf16 twice f32) nor on Intel with AMX-BF16. From cpuid: fixed per machine.
+bool cpu_bf16_slower_than_f32();
+// Autocast's second exception, to bf16 (fp16 computes in f32 on the cpu anyway): on a cpu whose
+// bf16 is slower than its f32 (cpu_bf16_slower_than_f32), a narrow convolution (groups 1, fewer than 16 input channels, at
+// most 16 outputs: LeNet-5's 6 -> 16) stays f32. Its activations are small, so bf16 saves little
+// memory, and it costs time: reckon's direct f32 loops (or oneDNN's f32 kernels) run it faster
+// than oneDNN's bf16 ones (lenet5's bf16 step on that Xeon: 22k images/s at batch 64 with its
+// 6 -> 16 layer in bf16, 30k with it in f32; batch 256: 27k against 41k).
+bool narrow_conv_keeps_f32(const Shape& w, const ConvAttrs& a);
+
 // Whether a convolution of this geometry, whose activations (x, y, dy, dx) are like `act`, runs
 // oneDNN's kernels on NHWC activations with no reorder (kernels/cpu/conv.cpp): f32 or bf16, one
 // group, on the cpu with the fast kernels allowed, and not one of reckon's own NCHW small
@@ -78,11 +91,14 @@ struct Conv2d {
   static constexpr uint32_t kChannelsLastIn = 1u, kChannelsLastOut = 1u;
   static constexpr OpClass kClass = OpClass::conv;
   static constexpr AmpPolicy kAmp = AmpPolicy::lower;
-  // Autocast's exception to kAmp (ops/autocast.h): an image's few-channel first layer stays f32.
+  // Autocast's exceptions to kAmp (ops/autocast.h): an image's few-channel first layer stays f32,
+  // and a narrow layer does on a cpu whose bf16 is slower than its f32 (narrow_conv_keeps_f32).
   // On LeNet-5 at batch 64 (Zen 4, 2 threads) a bf16 step took 2.49 ms with it in bf16, 2.06 with
   // it in f32, against 2.50 for the fp32 step.
   static bool amp_keeps_f32(std::span<const Tensor> in, const ConvAttrs& a) {
-    return in.size() > 1 && in[0].defined() && in[1].defined() && few_channel_first_layer(in[0].shape(), in[1].shape(), a);
+    return in.size() > 1 && in[0].defined() && in[1].defined() &&
+           (few_channel_first_layer(in[0].shape(), in[1].shape(), a) ||
+            (autocast_state().dtype == DType::bf16 && narrow_conv_keeps_f32(in[1].shape(), a)));
   }
   RK_OP_DECLS(ConvAttrs);
   RK_OP_ONNX;

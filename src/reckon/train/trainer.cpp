@@ -382,17 +382,25 @@ void print_header(Run& r) {
                           cfg.recompute ? fmt::format(", recomputing {} blocks in backward", r.recompute_blocks) : "") +
               (conv_algorithm() == ConvAlgorithm::direct ? "; convolutions direct (no Winograd)" : ""));
   if (cfg.precision != "fp32") {  // autocast's exception (ops/conv.h), named with its reason
-    std::vector<std::string> kept;
+    std::vector<std::string> kept, narrow;
     for (auto& [name, mod] : r.model->named_modules())
       if (auto* c = dynamic_cast<nn::Conv2d*>(mod)) {
         const Conv2dArgs g = c->args();
         const ConvAttrs a{g.stride, g.padding, g.dilation, g.groups};
-        if (few_channel_first_layer({1, c->in_channels, 1, 1}, c->weight.shape(), a)) kept.push_back(name);
+        if (few_channel_first_layer({1, c->in_channels, 1, 1}, c->weight.shape(), a))
+          kept.push_back(name);
+        else if (cfg.precision == "bf16" && narrow_conv_keeps_f32(c->weight.shape(), a))
+          narrow.push_back(name);
       }
     if (!kept.empty())
       r.show.line(fmt::format("autocast keeps {} in fp32: an image's first layer of at most 3 channels, where {} kernels "
                               "have no channels to fill their vector lanes (and reckon's direct loops run it)",
                               fmt::join(kept, ", "), cfg.precision));
+    if (!narrow.empty())
+      r.show.line(fmt::format("autocast keeps {} in fp32: narrow layers (under 16 input channels, at most 16 outputs), "
+                              "and this cpu's bf16 dot products are slower than its f32 FMAs (no AMX), so bf16 would "
+                              "cost time and save little memory",
+                              fmt::join(narrow, ", ")));
   }
   if (cfg.accum > 1)
     for (auto& [name, mod] : r.model->named_modules())

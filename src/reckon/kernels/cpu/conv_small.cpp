@@ -23,10 +23,15 @@
 
 #include <algorithm>
 #include <cstring>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "reckon/kernels/cpu/conv_small.h"
 
 #include <vector>
+
+#include <dnnl.hpp>
 
 namespace reckon {
 bool conv_small_direct_available() {
@@ -35,6 +40,23 @@ bool conv_small_direct_available() {
 #else
   return false;
 #endif
+}
+
+bool cpu_bf16_slower_than_f32() {
+  static const bool slower = [] {
+    // AMX as oneDNN will use it (the kernel must have enabled it, and ONEDNN_MAX_CPU_ISA may cap it).
+    if (dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx) return false;
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return true;
+    const bool avx512_bf16 = (a >> 5) & 1u;  // CPUID.(7,1):EAX[5]
+    __builtin_cpu_init();
+    return !(avx512_bf16 && __builtin_cpu_is("amd"));
+#else
+    return true;
+#endif
+  }();
+  return slower;
 }
 }  // namespace reckon
 
