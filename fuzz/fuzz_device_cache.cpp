@@ -12,7 +12,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::put("devices.json", data, size);
   try {
     if (auto d = cached_cpu_spec()) {
-      if (!(d->fp32_flops > 0 && d->bandwidth_bytes > 0)) std::abort();  // an entry is sound or absent
+      if (!(d->fp32_flops > 0 && d->bandwidth_bytes > 0 && d->bandwidth_bytes < 1e15)) std::abort();  // sound or absent
+      // The bandwidth curve: at least two points, ascending, never faster for more bytes, ending at
+      // the memory bandwidth; bandwidth_at stays within it.
+      const auto& c = d->bandwidth_curve;
+      if (c.size() < 2 || c.back().second != d->bandwidth_bytes) std::abort();
+      for (size_t i = 1; i < c.size(); ++i)
+        if (!(c[i].first > c[i - 1].first && c[i].second <= c[i - 1].second)) std::abort();
+      for (double b : {0.0, c.front().first, 0.5 * (c.front().first + c.back().first), 1e30})
+        if (!(d->bandwidth_at(b) >= c.back().second * (1 - 1e-12) && d->bandwidth_at(b) <= c.front().second * (1 + 1e-12)))
+          std::abort();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "finding: reading the device cache threw: %s\n", e.what());

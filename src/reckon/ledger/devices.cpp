@@ -114,11 +114,12 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 8;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 9;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                        // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                        // 7: the pooling kernels, the small direct convolutions'
                                        // passes and the optimizer updates got faster; 8: the
-                                       // bandwidth by working-set size)
+                                       // bandwidth by working-set size; 9: bf16 autocast keeps
+                                       // the probe's narrow layer f32 on some cpus, ops/conv.h)
 
 std::string cache_key() { return fmt::format("{}|{} threads", cpu_model_name(), omp_get_max_threads()); }
 
@@ -172,7 +173,11 @@ std::optional<DeviceSpec> read_cache() {
         return std::nullopt;
       d.bandwidth_curve.emplace_back(bytes, bw);
     }
-    if (d.bandwidth_curve.empty()) return std::nullopt;
+    // At least two points, the last one the memory bandwidth (what the ridge and the report use).
+    if (d.bandwidth_curve.size() < 2 ||
+        !(std::abs(d.bandwidth_curve.back().second - d.bandwidth_bytes) <= 1e-6 * d.bandwidth_bytes))
+      return std::nullopt;
+    d.bandwidth_bytes = d.bandwidth_curve.back().second;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
     d.int8_ops = e.at("int8_gops").get<double>() * kG;            // absent in older caches: calibrate again
@@ -198,7 +203,8 @@ std::optional<DeviceSpec> read_cache() {
     if (d.op_families.empty()) return std::nullopt;
     d.source = cpu_source(d);
     if (e.at("versions").get<std::string>() != calibration_versions()) return std::nullopt;  // made by another build
-    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || d.bandwidth_bytes <= 0 || d.winograd_speedup < 1 ||
+    if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || !(d.bandwidth_bytes > 0 && d.bandwidth_bytes < 1e15) ||
+        d.winograd_speedup < 1 ||
         !(d.engine_step_overhead_s > 0))
       return std::nullopt;
     return d;
@@ -412,15 +418,17 @@ DeviceSpec calibrate_cpu() {
     const int64_t llc = last_level_cache_bytes();
     int64_t big = std::clamp<int64_t>(2 * llc, int64_t(128) << 20, int64_t(1) << 30);
     if (d.memory_bytes > 0) big = std::max<int64_t>(int64_t(32) << 20, std::min(big, d.memory_bytes / 8));
+    Timed last;
     for (int64_t in_bytes : {int64_t(512) << 10, int64_t(2) << 20, int64_t(8) << 20, int64_t(32) << 20, big}) {
       if (!d.bandwidth_curve.empty() && in_bytes <= d.bandwidth_curve.back().first / 2) continue;
       const int64_t n = in_bytes / 4;
       Tensor x = Tensor::empty({n});
       fill_(x, 1.0);
       const Timed t = time_runs(in_bytes <= (int64_t(8) << 20) ? 25 : 7, [&] { relu(x); });
-      if (in_bytes == big) note(t);  // (the small sizes' spread is the clock's, not the machine's)
       d.bandwidth_curve.emplace_back(2.0 * double(in_bytes), 2.0 * double(in_bytes) / t.best);
+      last = t;
     }
+    note(last);  // the memory's (the small sizes' spread is the clock's, not the machine's)
     for (size_t i = d.bandwidth_curve.size() - 1; i-- > 0;)
       d.bandwidth_curve[i].second = std::max(d.bandwidth_curve[i].second, d.bandwidth_curve[i + 1].second);
     d.bandwidth_bytes = d.bandwidth_curve.back().second;
