@@ -132,14 +132,17 @@ struct Timed {
   double best = 0, median = 0;
   double spread() const { return best > 0 ? median / best - 1 : 0; }
 };
+// budget_s > 0: stop once the timed runs took that long, after two at least.
 template <class F>
-Timed time_runs(int reps, F&& f) {
+Timed time_runs(int reps, F&& f, double budget_s = 0) {
   f();
   std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
+  double total = 0;
+  for (int i = 0; i < reps && !(budget_s > 0 && i >= 2 && total >= budget_s); ++i) {
     auto t0 = std::chrono::steady_clock::now();
     f();
     t.push_back(seconds_since(t0));
+    total += t.back();
   }
   std::sort(t.begin(), t.end());
   return {t.front(), t[t.size() / 2]};
@@ -412,11 +415,14 @@ DeviceSpec calibrate_cpu() {
   {
     // Bandwidth by working-set size: reckon's cpu relu (read n x 4 bytes, write as many into a
     // buffer the allocator keeps) over 512 KiB, 2, 8 and 32 MiB (inside L2, then L3 on most
-    // cpus) and twice the last-level cache (at least 128 MiB, at most 1 GiB or an eighth of
-    // memory): past every cache, the memory bandwidth. A larger working set is never counted
-    // faster than a smaller one (noise would otherwise bend the curve up).
+    // cpus) and twice the last-level cache (at least 128 MiB, at most 256 MiB or an eighth of
+    // memory): past the cache this process gets, the memory bandwidth. (A 260 MiB L3 shared
+    // with other tenants measured 18-23 GB/s at 256 MiB and at 1 GiB alike; a larger buffer
+    // cost seconds under the sanitizers, which calibrate in CI.) Each size runs its reps or
+    // for about half a second, whichever ends first, at least twice. A larger working set is
+    // never counted faster than a smaller one (noise would otherwise bend the curve up).
     const int64_t llc = last_level_cache_bytes();
-    int64_t big = std::clamp<int64_t>(2 * llc, int64_t(128) << 20, int64_t(1) << 30);
+    int64_t big = std::clamp<int64_t>(2 * llc, int64_t(128) << 20, int64_t(256) << 20);
     if (d.memory_bytes > 0) big = std::max<int64_t>(int64_t(32) << 20, std::min(big, d.memory_bytes / 8));
     Timed last;
     for (int64_t in_bytes : {int64_t(512) << 10, int64_t(2) << 20, int64_t(8) << 20, int64_t(32) << 20, big}) {
@@ -424,7 +430,7 @@ DeviceSpec calibrate_cpu() {
       const int64_t n = in_bytes / 4;
       Tensor x = Tensor::empty({n});
       fill_(x, 1.0);
-      const Timed t = time_runs(in_bytes <= (int64_t(8) << 20) ? 25 : 7, [&] { relu(x); });
+      const Timed t = time_runs(in_bytes <= (int64_t(8) << 20) ? 25 : 7, [&] { relu(x); }, 0.5);
       d.bandwidth_curve.emplace_back(2.0 * double(in_bytes), 2.0 * double(in_bytes) / t.best);
       last = t;
     }

@@ -103,7 +103,7 @@ constexpr int kCalibrationAttempts = 3;
 
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), the bandwidth curve from relus (read + write)
-// over 512 KiB to twice the last-level cache (at least 128 MiB), the per-op overhead from a chain of
+// over 512 KiB to twice the last-level cache (128 to 256 MiB), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
 // Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, the
 // inference engine's per-step overhead from a compiled chain of 1-element steps, and the time
