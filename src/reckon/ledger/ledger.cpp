@@ -505,24 +505,20 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<Led
 void row_times(Ledger& L, const std::vector<LedgerOp>& recs, const DeviceSpec& dev, const DeviceSpec& cpu) {
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < L.rows.size(); ++i) index[L.rows[i].scope] = i;
-  const std::string& p = L.config.precision;
   // A layer is compute-bound when its ops' compute side outweighs their memory side, each op's
   // bytes at the bandwidth of its own working set (DeviceSpec::bandwidth_at): on a device with one
   // bandwidth, intensity >= the ridge.
   std::vector<double> compute_s(L.rows.size()), memory_s(L.rows.size());
   for (const LedgerOp& r : recs) {
     const size_t i = index.at(r.row);
-    LedgerRow& row = L.rows[i];
     const OpTime t = time_of(dev, r);
-    row.time_s += t.total_s;
-    row.cpu_time_s += time_of(cpu, r).total_s;
-    const double bytes = double(r.cost.bytes_read + r.cost.bytes_written);
-    compute_s[i] += op_flops(dev, r) / dev.peak(op_precision(r));
-    memory_s[i] += bytes / dev.bandwidth_at(bytes);
+    L.rows[i].time_s += t.total_s;
+    L.rows[i].cpu_time_s += time_of(cpu, r).total_s;
+    compute_s[i] += t.compute_s;
+    memory_s[i] += t.memory_s;
   }
   for (size_t i = 0; i < L.rows.size(); ++i)
     L.rows[i].compute_bound = compute_s[i] > 0 && compute_s[i] >= memory_s[i];
-  (void)p;
 }
 
 // The same step for real on the cpu: memory by tag, resident memory and time per layer.

@@ -85,6 +85,7 @@ OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, 
                ConvShape shape, double flops, double bytes) {
   OpTime t;
   const double tc = flops / d.peak(precision), tm = bytes / d.bandwidth_at(bytes);
+  t.compute_s = tc, t.memory_s = tm;
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
   const FamilyTime* f = nullptr;

@@ -58,6 +58,7 @@ struct OpTime {
   double total_s = 0;      // fixed_s + scale x roofline_s
   double fixed_s = 0;      // the family's fixed cost (or the device's per-op overhead)
   double roofline_s = 0;   // max(flops / peak, bytes / bandwidth)
+  double compute_s = 0, memory_s = 0;  // the roofline's two sides: flops / peak, bytes / bandwidth
   bool compute_bound = false;
   // "family" (the family's own line, with or without its width class), "op" (the op's, over its
   // implementations) or "roofline": which line timed it.

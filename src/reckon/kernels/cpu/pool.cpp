@@ -61,8 +61,6 @@ using lowp::load;
 using lowp::store;
 template <class T>
 constexpr bool kF32 = std::is_same_v<T, float>;
-// For bf16/f16: one f32 buffer of n floats per thread, for what the f32 kernel accumulates in
-// its output (none for f32).
 // n floats of scratch for each thread, each thread's slice on cache lines of its own
 // (KernelCtx::per_thread), and the calling thread's slice of them.
 float* thread_buffers(KernelCtx& ctx, int64_t n) {
@@ -71,6 +69,8 @@ float* thread_buffers(KernelCtx& ctx, int64_t n) {
 float* thread_slice(float* buffers, int64_t n) {
   return buffers + int64_t(omp_get_thread_num()) * KernelCtx::per_thread<float>(n);
 }
+// For bf16/f16: one f32 buffer of n floats per thread, for what the f32 kernel accumulates in
+// its output (none for f32).
 template <class T>
 float* f32_buffers(KernelCtx& ctx, int64_t n) {
   if constexpr (kF32<T>) return nullptr;
