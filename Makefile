@@ -66,7 +66,8 @@ sanitize-configure: deps sandeps
 sanitize-build: sanitize-configure
 	ninja -C $(SAN_BUILD) -j$(JOBS)
 
-SAN_ENV := OMP_WAIT_POLICY=passive RECKON_PYTHON=$(PYTHON) \
+# The sanitized runs' cpu calibrations go to a cache of their own, never the user's.
+SAN_ENV := OMP_WAIT_POLICY=passive RECKON_PYTHON=$(PYTHON) RECKON_CACHE_DIR=$(abspath $(SAN_BUILD))/reckon-cache \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # Left out under the sanitizers: a sanity bound on the measured memory bandwidth (instrumented
@@ -102,12 +103,12 @@ tsan: deps sandeps
 # sanitize`, about 60 minutes with its build) does not fit CI's time next to `make test`.
 fuzz-ci: sanitize-configure
 	ninja -C $(SAN_BUILD) -j$(JOBS) fuzzers
-	scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS)
+	RECKON_CACHE_DIR=$(abspath $(SAN_BUILD))/reckon-cache scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS)
 
 # Each fuzz target for FUZZ_SECONDS from its committed seeds (fuzz/corpus/NAME); what it finds
 # new goes to $(SAN_BUILD)/corpus/NAME. Fails on any finding; prints executions and coverage.
 fuzz: sanitize-build
-	scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS)
+	RECKON_CACHE_DIR=$(abspath $(SAN_BUILD))/reckon-cache scripts/fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)

@@ -527,6 +527,13 @@ TEST(Ledger, DeviceCatalog) {
   ASSERT_TRUE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e["versions"] = "reckon 0.0.1, calibration 1, oneDNN 2.6.3"; });
   EXPECT_FALSE(cached_cpu_spec().has_value());
+  // A sanitized build's calibration (every op several times slower) is not a release build's,
+  // and the reverse: the build's sanitizers are part of what made it.
+  edit_entry([&](json& e) {
+    e["versions"] = versions.find("sanitized") == std::string::npos ? versions + ", sanitized (address,undefined)"
+                                                                     : versions.substr(0, versions.find(", sanitized"));
+  });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e["versions"] = versions; });
   EXPECT_TRUE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e.erase("engine_step_overhead_us"); });

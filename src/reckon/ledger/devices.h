@@ -144,8 +144,9 @@ std::string calibration_quality(const DeviceSpec& d);
 std::string device_cache_path();
 // Now, UTC, ISO 8601 ("2026-12-05T16:31:28Z"): when a cached calibration or probe was made.
 std::string now_utc();
-// What made a calibration: reckon's version, the calibration's own format number and oneDNN's
-// version ("reckon 0.1.0, calibration 2, oneDNN 2.6.3"). An entry made by another is not used.
+// What made a calibration: reckon's version, the calibration's own format number, oneDNN's
+// version and the build's sanitizers if any ("reckon 0.1.0, calibration 2, oneDNN 2.6.3"; ",
+// sanitized (address,undefined)" after it). An entry made by another is not used.
 std::string calibration_versions();
 // The oneDNN this process runs on ("2.6.3").
 std::string onednn_version();
