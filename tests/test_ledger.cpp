@@ -841,8 +841,9 @@ INSTANTIATE_TEST_SUITE_P(
 // `reckon train` predicts its own process peak before the first step (the ledger with what runs
 // around the step: the data in memory, the loader's prefetched batches, the epoch's last short
 // batch, the evaluation between epochs) and prints it beside VmHWM at the end. Each case a fresh
-// process running through two epoch ends: real Fashion-MNIST, bf16 with AdamW, an evaluation at
-// another batch than the step's (the allocator's cache handed back around it), a residual network.
+// process running through two epoch ends: real Fashion-MNIST, with a validation split, bf16 with
+// AdamW, an evaluation at another batch than the step's (the allocator's cache handed back around
+// it), a residual network.
 struct TrainCase {
   const char* name;
   std::vector<std::string> args;
@@ -891,6 +892,10 @@ INSTANTIATE_TEST_SUITE_P(
     Runs, LedgerTrainProcess,
     ::testing::Values(
         TrainCase{"lenet5_fashion_mnist", {"lenet5", "--epochs", "1"}},
+        // A validation split (30,000 images) evaluated after the test set (10,000), at a batch
+        // only it fills: its evaluation is the run's peak (1.5 GiB, twice the test set's).
+        TrainCase{"lenet5_val_split_eval_batch_20000",
+                  {"lenet5", "--epochs", "1", "--val-split", "0.5", "--eval-batch", "20000"}},
         TrainCase{"tinycnn_bf16_adamw",
                   {"tinycnn", "--data", "synthetic:3x32x32:1000:10", "--epochs", "2", "--batch", "32", "--precision",
                    "bf16", "--optimizer", "adamw"}},

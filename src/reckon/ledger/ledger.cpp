@@ -57,9 +57,13 @@ void check_config(const LedgerConfig& cfg) {
            "[ledger] --classes must be 1 to {} (0: the model's default), got {}", kMaxClasses, cfg.num_classes);
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
-  RK_CHECK(cfg.loader_batches >= 0 && cfg.last_batch >= 0 && cfg.eval_batch >= 0 && cfg.eval_last_batch >= 0,
-           "[ledger] loader batches, last batch, evaluation batch and its last must be >= 0, got {}, {}, {}, {}",
-           cfg.loader_batches, cfg.last_batch, cfg.eval_batch, cfg.eval_last_batch);
+  RK_CHECK(cfg.loader_batches >= 0 && cfg.last_batch >= 0,
+           "[ledger] loader batches and the epoch's last batch must be >= 0, got {}, {}", cfg.loader_batches,
+           cfg.last_batch);
+  RK_CHECK(cfg.eval_batch >= 0 && cfg.eval_batch <= cfg.eval_samples && cfg.val_batch >= 0 &&
+               cfg.val_batch <= cfg.val_samples,
+           "[ledger] an evaluation's batch must be 0 to its split's samples, got {} of {} (test), {} of {} (validation)",
+           cfg.eval_batch, cfg.eval_samples, cfg.val_batch, cfg.val_samples);
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   train::parse_activation_layout(cfg.memory_format);  // throws naming --memory-format
@@ -268,26 +272,31 @@ void eval_forward(nn::Module& model, const LedgerConfig& cfg, const Tensor& x, c
   Tensor scores = contiguous(cast(logits, DType::f32));
 }
 
-// The evaluation between epochs as train::evaluate runs it: eval mode, no gradients, the run's
-// autocast, its loader's batches, the loss summed; batches until the allocator's blocks stop
-// changing (a later batch may take a larger cached block than the first did and map another). At
-// a batch other than the step's the allocator's cache is handed back before and after (as the
-// trainer does).
-void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape& x_shape) {
-  const bool other_batch = cfg.eval_batch != cfg.batch;
+// The evaluation of one split of `samples` images between epochs as train::evaluate runs it: eval
+// mode, no gradients, the run's autocast, its loader's batches of `batch` (batch <= samples), the
+// loss summed; batches until the allocator's blocks stop changing (a later batch may take a larger
+// cached block than the first did and map another), then its last, shorter batch. The loader
+// holds the batches it prepared ahead of the first: its prefetch, but no more than the split has
+// after it. At a batch other than the step's the allocator's cache is handed back before and
+// after (as the trainer does).
+void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape& x_shape, int64_t batch,
+               int64_t samples) {
+  const int64_t full = samples / batch, last = samples % batch;
+  const bool other_batch = batch != cfg.batch;
   if (other_batch) host_memory_trim(d);
   model.eval();
   std::vector<std::pair<Tensor, Tensor>> batches;
-  for (int i = 0; i < cfg.loader_batches; ++i) batches.push_back(loader_batch(d, x_shape, cfg.eval_batch));
+  const int64_t ahead = std::min<int64_t>(cfg.loader_batches, full + (last > 0) - 1);
+  for (int64_t i = 1; i <= ahead; ++i) batches.push_back(loader_batch(d, x_shape, i < full ? batch : last));
   until_blocks_stable(d, [&] {
-    auto [x, y] = loader_batch(d, x_shape, cfg.eval_batch);  // the loader's next, the oldest freed
+    auto [x, y] = loader_batch(d, x_shape, batch);  // the loader's next, the oldest freed
     eval_forward(model, cfg, x, y);
   });
-  if (cfg.eval_last_batch > 0) {  // the split's last, shorter batch: blocks of its own sizes
-    auto [x, y] = loader_batch(d, x_shape, cfg.eval_last_batch);
+  batches.clear();  // nothing is left to prepare ahead of the last
+  if (last > 0) {  // the split's last, shorter batch: blocks of its own sizes
+    auto [x, y] = loader_batch(d, x_shape, last);
     eval_forward(model, cfg, x, y);
   }
-  batches.clear();
   model.train();
   if (other_batch) host_memory_trim(d);
 }
@@ -308,7 +317,7 @@ std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, 
   };
   prefetch();
   steps_until_stable(d, model, opt, scaler, cfg, x, y);
-  if (cfg.last_batch > 0 || cfg.eval_batch > 0) {
+  if (cfg.last_batch > 0 || cfg.eval_batch > 0 || cfg.val_batch > 0) {
     // The epoch's end: the loader has nothing prepared; the trainer still holds its last batch
     // (the short one, if any) while it evaluates.
     held.clear();
@@ -318,7 +327,8 @@ std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, 
       train_step(model, opt, scaler, cfg, lx, ly);
       opt.zero_grad();
     }
-    if (cfg.eval_batch > 0) eval_pass(d, model, cfg, x.shape());
+    if (cfg.eval_batch > 0) eval_pass(d, model, cfg, x.shape(), cfg.eval_batch, cfg.eval_samples);
+    if (cfg.val_batch > 0) eval_pass(d, model, cfg, x.shape(), cfg.val_batch, cfg.val_samples);
     lx = ly = Tensor();
     prefetch();  // the next epoch's
     steps_until_stable(d, model, opt, scaler, cfg, x, y);

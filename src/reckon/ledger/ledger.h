@@ -51,13 +51,14 @@ struct LedgerConfig {
   // The run around the step, as `reckon train` runs it (0: none), taken by the warm-up steps in
   // the trainer's order so that the allocator's blocks at their peak are the run's: input batches
   // the loader holds beside the step's (its prefetch), an epoch's last micro-batch when shorter,
-  // and the evaluation between epochs at this batch (eval mode, no gradients) with its split's
-  // last, shorter batch. The observed step is still one step of `batch`; the memory figures are
-  // the peak over all of it.
+  // and the evaluation between epochs of the test split (eval_samples images at eval_batch; eval
+  // mode, no gradients; its loader holding at most the batches the split has left), then
+  // (--val-split) of the validation split, at its own batch. The observed step is still one step
+  // of `batch`; the memory figures are the peak over all of it.
   int loader_batches = 0;
   int64_t last_batch = 0;
-  int64_t eval_batch = 0;
-  int64_t eval_last_batch = 0;
+  int64_t eval_batch = 0, eval_samples = 0;  // eval_batch <= eval_samples
+  int64_t val_batch = 0, val_samples = 0;    // val_batch <= val_samples
   bool plan_workspace = true;       // let cpu kernels plan their workspace on meta
   bool measure = false;             // also run the step for real on the cpu and compare
   int measure_steps = 3;            // timed steps after one warm-up step (best per op kept)

@@ -326,7 +326,11 @@ void predict_run(Run& r) {
   lc.last_batch = cfg.drop_last || cfg.batch >= n ? 0 : n % cfg.batch;
   const int64_t test_n = r.data.test->size();
   lc.eval_batch = std::min(cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch, test_n);
-  lc.eval_last_batch = test_n % lc.eval_batch;  // (with --val-split its own split is evaluated too: not modelled)
+  lc.eval_samples = test_n;
+  if (r.data.val) {  // evaluated after the test set, at its own batch (end_epoch)
+    lc.val_samples = r.data.val->size();
+    lc.val_batch = std::min(cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch, lc.val_samples);
+  }
   calibrate_cpu_in_child();  // a first calibration's buffers are not this run's peak
   try {
     r.prediction = ledger(cfg.model, lc);
