@@ -536,6 +536,14 @@ TEST(Ledger, DeviceCatalog) {
   EXPECT_FALSE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e["versions"] = versions; });
   EXPECT_TRUE(cached_cpu_spec().has_value());
+  // OpenMP's wait policy is part of the key: a passive wait costs every op a wake-up.
+  {
+    const char* now = std::getenv("OMP_WAIT_POLICY");
+    const std::string other = now && std::string(now) == "passive" ? "active" : "passive";
+    test_util::ScopedEnv policy("OMP_WAIT_POLICY", other);
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
+  EXPECT_TRUE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e.erase("engine_step_overhead_us"); });
   EXPECT_FALSE(cached_cpu_spec().has_value());
   // The op families' lines read back as written; an entry without them, or with a line no

@@ -139,7 +139,8 @@ double others_cpu_share(const std::string& stat_before, const std::string& stat_
 // runs within 3%" or "made under load: ..."), for the ledger's report.
 std::string calibration_quality(const DeviceSpec& d);
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
-// ~/.cache/reckon/devices.json. Entries are keyed by CPU model and thread count, and each records
+// ~/.cache/reckon/devices.json. Entries are keyed by CPU model, thread count and OpenMP's wait
+// policy where the environment sets one (OMP_WAIT_POLICY, GOMP_SPINCOUNT), and each records
 // when it was made and by what (calibration_versions()).
 std::string device_cache_path();
 // Now, UTC, ISO 8601 ("2026-12-05T16:31:28Z"): when a cached calibration or probe was made.
