@@ -461,6 +461,25 @@ TEST(Ledger, WinogradConvolutionsAreTimedAtTheCalibratedSpeedup) {
               direct * 1e3, automatic * 1e3, cpu.winograd_speedup);
 }
 
+// A precision whose measured peak is below fp32's is named where it is chosen (ledger, plan,
+// train): bf16 on a cpu that emulates it; never where it is faster, nor for fp16 on the cpu
+// (computed in f32, fp32's peak).
+TEST(Ledger, SlowerPrecisionIsNamed) {
+  DeviceSpec d;
+  d.name = "cpu";
+  d.fp32_flops = d.fp16_flops = 300e9;
+  d.bf16_flops = 150e9;
+  const std::string n = slower_precision_note(d, "bf16");
+  EXPECT_NE(n.find("bf16 peak is 150 GFLOP/s, below its fp32 peak of 300"), std::string::npos) << n;
+  EXPECT_NE(n.find("2.0x slower"), std::string::npos) << n;
+  EXPECT_EQ(slower_precision_note(d, "fp32"), "");
+  EXPECT_EQ(slower_precision_note(d, "fp16"), "");
+  d.bf16_flops = 467e9;  // AMD Zen 4: bf16 dot products at twice the fp32 rate
+  EXPECT_EQ(slower_precision_note(d, "bf16"), "");
+  for (const auto& name : device_names())
+    if (name != "cpu") EXPECT_EQ(slower_precision_note(device_spec(name), "bf16"), "") << name;
+}
+
 TEST(Ledger, DeviceCatalog) {
   const auto names = device_names();
   EXPECT_EQ(names.front(), "cpu");

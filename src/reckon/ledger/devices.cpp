@@ -321,6 +321,16 @@ double others_cpu_share(const std::string& stat_before, const std::string& stat_
   return std::clamp((others - (n - t)) / t, 0.0, 1.0);
 }
 
+std::string slower_precision_note(const DeviceSpec& d, const std::string& precision) {
+  if (precision == "fp32" || d.fp32_flops <= 0) return "";
+  const double p = precision == "bf16" ? d.bf16_flops : precision == "fp16" ? d.fp16_flops : 0;
+  if (p <= 0 || p >= 0.9 * d.fp32_flops) return "";
+  return fmt::format("note: {}'s {} peak is {:.0f} GFLOP/s, below its fp32 peak of {:.0f}: {} halves the activations' "
+                     "memory here but computes {:.1f}x slower (autocast keeps narrow convolutions fp32 on such a "
+                     "cpu); fp32 may be the faster run",
+                     d.name, precision, p / 1e9, d.fp32_flops / 1e9, precision, d.fp32_flops / p);
+}
+
 std::string calibration_quality(const DeviceSpec& d) {
   const std::string runs = fmt::format("runs within {:.0f}%", 100 * d.spread);
   if (d.others_cpu_share < 0) return "other processes' share of the CPU not known (no /proc/stat), " + runs;

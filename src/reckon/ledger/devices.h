@@ -138,6 +138,10 @@ double others_cpu_share(const std::string& stat_before, const std::string& stat_
 // How the cpu entry's calibration went, in words ("quiet: other processes took 2% of the CPU,
 // runs within 3%" or "made under load: ..."), for the ledger's report.
 std::string calibration_quality(const DeviceSpec& d);
+// Where `precision`'s peak on d is below fp32's (bf16 on a cpu without AMX or AMD's bf16 dot
+// products: oneDNN's bf16 kernels emulate it at half the fp32 rate), one line that says so with
+// both measured peaks, for the ledger, the plan and `reckon train` to print; "" otherwise.
+std::string slower_precision_note(const DeviceSpec& d, const std::string& precision);
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
 // ~/.cache/reckon/devices.json. Entries are keyed by CPU model, thread count and OpenMP's wait
 // policy where the environment sets one (OMP_WAIT_POLICY, GOMP_SPINCOUNT), and each records

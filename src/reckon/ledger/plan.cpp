@@ -104,6 +104,8 @@ Plan plan(const PlanConfig& cfg) {
   const DeviceSpec dev = device_spec(cfg.device);
   P.device_description = dev.description;
   P.device_memory_bytes = dev.memory_bytes;
+  for (const auto& prec : cfg.precisions)
+    if (std::string n = slower_precision_note(dev, prec); !n.empty()) P.notes.push_back(std::move(n));
 
   const std::vector<int64_t> micros = micro_batches(cfg.batch);
   // Direct-convolution rungs only make sense when the process runs the default algorithm.
@@ -237,6 +239,7 @@ std::string format_plan(const Plan& p) {
   if (p.device_memory_bytes > 0 && c.memory_bytes > p.device_memory_bytes)
     o += fmt::format("note: the budget is more than {}'s memory ({})\n", c.device, format_mib(p.device_memory_bytes));
   if (c.allow_recompute && !p.recompute_applies) o += "note: the model has no blocks to recompute\n";
+  for (const auto& n : p.notes) o += n + "\n";
   o += "\n";
   o += fmt::format("  {:>2}  {:<9}  {:>13}  {:<9}  {:<6}  {:>10}  {:>7}  {:>9}  {:>9}  {}\n", "#", "precision",
                    "micro x accum", "recompute", "conv", "peak MiB", "budget", "step ms", "images/s", "fits");
@@ -288,6 +291,7 @@ std::string plan_json(const Plan& p) {
   j["allow_recompute"] = c.allow_recompute;
   j["allow_direct_conv"] = c.allow_direct_conv;
   j["recompute_applies"] = p.recompute_applies;
+  j["notes"] = p.notes;
   j["search_s"] = p.search_s;
   json ladder = json::array();
   for (const PlanRung& r : p.ladder)

@@ -58,6 +58,7 @@ struct Plan {
   std::string device_description;    // the device the times are for ("AMD EPYC, 2 threads (calibrated)")
   int64_t device_memory_bytes = 0;   // that device's memory
   bool recompute_applies = true;     // false: the model has no blocks to recompute (no recompute rungs)
+  std::vector<std::string> notes;    // slower_precision_note (devices.h) for each precision tried, where it has one
   double search_s = 0;               // wall time of the search
   std::vector<PlanRung> ladder;      // every configuration tried, in ladder order
   int chosen = -1;                   // index of the fastest rung that fits, -1 if none

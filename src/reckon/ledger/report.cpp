@@ -239,6 +239,9 @@ std::string format_ledger(const Ledger& l) {
                        "one the memory's): {}",
                        fmt::join(pts, ", ")));
     }
+  for (const auto& d : l.times)
+    if (d.device.name == "cpu")
+      if (const std::string n = slower_precision_note(d.device, d.precision); !n.empty()) line("  " + n);
   line(fmt::format("  {}: {} ops compute-bound, {} bandwidth-bound (ridge {:.1f} FLOP/B = {:.2f} TFLOP/s / {:.0f} GB/s)",
                    main.device.name, main.compute_bound_ops, main.memory_bound_ops, main.ridge, main.peak_flops / 1e12,
                    main.device.bandwidth_bytes / 1e9));

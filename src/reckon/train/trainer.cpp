@@ -422,6 +422,12 @@ void print_header(Run& r) {
                             format_mib(m.process_planned_bytes), format_mib(r.res.dataset_bytes),
                             format_mib(m.allocator_resident_bytes), format_mib(m.process_overhead_bytes)));
   }
+  {
+    const std::optional<DeviceSpec> cpu =
+        r.res.predicted_step_s > 0 ? std::optional<DeviceSpec>(r.prediction.times.at(0).device) : cached_cpu_spec();
+    if (cpu)
+      if (const std::string n = slower_precision_note(*cpu, cfg.precision); !n.empty()) r.show.line(n);
+  }
   if (cfg.resume)
     r.show.line(fmt::format("resuming from {} at step {} (epoch {}, batch {}); settings from the checkpoint",
                             r.ckpt_path, r.prog.step, r.prog.epoch + 1, r.prog.batch_in_epoch));
