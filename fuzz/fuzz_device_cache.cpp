@@ -1,15 +1,18 @@
 // The calibration cache (devices.json) that ledger, plan and train --max-memory read: any bytes
-// give either a sound entry or none (and a recalibration), never an error or a crash.
+// give either a sound entry or none (and a recalibration), never an error or a crash. Each input
+// is read twice: as it is (an entry under another key or made by another reckon is not read), and
+// where it is JSON with entries, with its first entry moved under this process's key and versions,
+// so that mutated entries reach the reader's checks whatever cpu and build run the fuzzer.
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
 #include "reckon/ledger/devices.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+void check_entry() {
   using namespace reckon;
-  static const bool env = ::setenv("RECKON_CACHE_DIR", fuzz::scratch().c_str(), 1) == 0;
-  (void)env;
-  fuzz::put("devices.json", data, size);
   try {
     if (auto d = cached_cpu_spec()) {
       if (!(d->fp32_flops > 0 && d->bandwidth_bytes > 0 && d->bandwidth_bytes < 1e15)) std::abort();  // sound or absent
@@ -27,5 +30,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "finding: reading the device cache threw: %s\n", e.what());
     std::abort();
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace reckon;
+  static const bool env = ::setenv("RECKON_CACHE_DIR", fuzz::scratch().c_str(), 1) == 0;
+  (void)env;
+  fuzz::put("devices.json", data, size);
+  check_entry();
+  nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("cpus") || !j["cpus"].is_object() || j["cpus"].empty()) return 0;
+  nlohmann::json entry = j["cpus"].begin().value();
+  if (entry.is_object()) entry["versions"] = calibration_versions();
+  j["cpus"] = nlohmann::json::object({{device_cache_key(), entry}});
+  const std::string text = j.dump();
+  fuzz::put("devices.json", reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  check_entry();
   return 0;
 }

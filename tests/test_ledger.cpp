@@ -461,8 +461,8 @@ TEST(Ledger, WinogradConvolutionsAreTimedAtTheCalibratedSpeedup) {
               direct * 1e3, automatic * 1e3, cpu.winograd_speedup);
 }
 
-// A precision whose measured peak is below fp32's is named where it is chosen (ledger, plan,
-// train): bf16 on a cpu that emulates it; never where it is faster, nor for fp16 on the cpu
+// A precision whose measured peak is below fp32's is named where it is chosen or tried (ledger,
+// plan, train): bf16 on a cpu that emulates it; never where it is faster, nor for fp16 on the cpu
 // (computed in f32, fp32's peak).
 TEST(Ledger, SlowerPrecisionIsNamed) {
   DeviceSpec d;

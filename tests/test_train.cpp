@@ -777,7 +777,7 @@ TEST(TrainCli, VersionCommandsAndModelsJson) {
   fs::path d = test_dir("version");
   CliResult v = run_cli({"--version"}, d);
   EXPECT_EQ(v.exit_code, 0) << v.err;
-  EXPECT_TRUE(std::regex_search(v.out, std::regex(R"(^reckon [0-9]+\.[0-9]+\.[0-9]+ \(\w+ build; oneDNN [0-9]+\.[0-9]+\.[0-9]+; cuda (no|yes: .*)\)\n$)")))
+  EXPECT_TRUE(std::regex_search(v.out, std::regex(R"(^reckon [0-9]+\.[0-9]+\.[0-9]+ \(\w+ build(, sanitized \([\w,]+\))?; oneDNN [0-9]+\.[0-9]+\.[0-9]+; cuda (no|yes: .*)\)\n$)")))
       << v.out;
   for (const std::vector<std::string>& args : {std::vector<std::string>{}, std::vector<std::string>{"frobnicate"}}) {
     CliResult r = run_cli(args, d);

@@ -121,19 +121,38 @@ constexpr int kCalibrationFormat = 9;  // 4-6: the op families (time_model.h; 5:
                                        // bandwidth by working-set size; 9: bf16 autocast keeps
                                        // the probe's narrow layer f32 on some cpus, ops/conv.h)
 
+// A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
+// build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
+std::string sanitizers_text() {
+  const std::string s = RECKON_SANITIZERS;
+  return s.empty() ? "" : ", sanitized (" + s + ")";
+}
+
+// A build whose kernels run at another speed than an optimized one's: sanitized, or unoptimized.
+// Its calibrations are kept under keys of their own (a release build and a sanitized one sharing a
+// cache would otherwise measure again, each over the other's, at every turn).
+std::string build_flavour() {
+  const std::string type = RECKON_BUILD_TYPE;
+  const bool optimized = type == "Release" || type == "RelWithDebInfo" || type == "MinSizeRel";
+  std::string s = std::string(RECKON_SANITIZERS).empty() ? "" : "sanitized " + std::string(RECKON_SANITIZERS);
+  if (!optimized) s += (s.empty() ? "" : ", ") + (type.empty() ? std::string("unoptimized") : type) + " build";
+  return s;
+}
+
 // How OpenMP's idle threads wait, where the environment says: a passive wait (threads sleep between
 // parallel regions) costs every op a wake-up. Measured on the Intel Xeon of 2026-12-06: lenet5's
 // step at batch 64 took 3.6-4.2 ms passive against 1.95 ms by default in `reckon train`.
 std::string wait_policy() {
   std::string s;
-  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+  for (const char* v : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_LIBRARY"})
     if (const char* x = std::getenv(v); x && *x) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", v, x);
   return s;
 }
 
 std::string cache_key() {
-  const std::string w = wait_policy();
-  return fmt::format("{}|{} threads{}", cpu_model_name(), omp_get_max_threads(), w.empty() ? "" : "|" + w);
+  const std::string w = wait_policy(), b = build_flavour();
+  return fmt::format("{}|{} threads{}{}", cpu_model_name(), omp_get_max_threads(), w.empty() ? "" : "|" + w,
+                     b.empty() ? "" : "|" + b);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -379,6 +398,8 @@ std::string now_utc() {
   return buf;
 }
 
+std::string device_cache_key() { return cache_key(); }
+
 std::string device_cache_path() {
   if (const char* d = std::getenv("RECKON_CACHE_DIR"); d && *d) return std::string(d) + "/devices.json";
   const char* home = std::getenv("HOME");
@@ -544,13 +565,6 @@ DeviceSpec calibrate_cpu() {
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
-}
-
-// A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
-// build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
-std::string sanitizers_text() {
-  const std::string s = RECKON_SANITIZERS;
-  return s.empty() ? "" : ", sanitized (" + s + ")";
 }
 
 std::string calibration_versions() {

@@ -143,10 +143,13 @@ std::string calibration_quality(const DeviceSpec& d);
 // both measured peaks, for the ledger, the plan and `reckon train` to print; "" otherwise.
 std::string slower_precision_note(const DeviceSpec& d, const std::string& precision);
 // Where the calibration is cached: $RECKON_CACHE_DIR/devices.json, else
-// ~/.cache/reckon/devices.json. Entries are keyed by CPU model, thread count and OpenMP's wait
-// policy where the environment sets one (OMP_WAIT_POLICY, GOMP_SPINCOUNT), and each records
+// ~/.cache/reckon/devices.json. Entries are keyed by CPU model, thread count, OpenMP's wait
+// policy where the environment sets one (OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME,
+// KMP_LIBRARY) and the build where it is sanitized or unoptimized, and each records
 // when it was made and by what (calibration_versions()).
 std::string device_cache_path();
+// This process's entry in it: "CPU model|N threads[|wait policy][|build]" (see above).
+std::string device_cache_key();
 // Now, UTC, ISO 8601 ("2026-12-05T16:31:28Z"): when a cached calibration or probe was made.
 std::string now_utc();
 // What made a calibration: reckon's version, the calibration's own format number, oneDNN's

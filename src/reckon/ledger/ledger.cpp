@@ -57,9 +57,9 @@ void check_config(const LedgerConfig& cfg) {
            "[ledger] --classes must be 1 to {} (0: the model's default), got {}", kMaxClasses, cfg.num_classes);
   RK_CHECK(cfg.dataset_size >= 0, "[ledger] the dataset size must be >= 0, got {}", cfg.dataset_size);
   RK_CHECK(cfg.epochs >= 1, "[ledger] the number of epochs must be >= 1, got {}", cfg.epochs);
-  RK_CHECK(cfg.loader_batches >= 0 && cfg.last_batch >= 0,
-           "[ledger] loader batches and the epoch's last batch must be >= 0, got {}, {}", cfg.loader_batches,
-           cfg.last_batch);
+  RK_CHECK(cfg.loader_batches >= 0 && cfg.eval_loader_batches >= 0 && cfg.last_batch >= 0,
+           "[ledger] loader batches (training, evaluation) and the epoch's last batch must be >= 0, got {}, {}, {}",
+           cfg.loader_batches, cfg.eval_loader_batches, cfg.last_batch);
   RK_CHECK(cfg.eval_batch >= 0 && cfg.eval_batch <= cfg.eval_samples && cfg.val_batch >= 0 &&
                cfg.val_batch <= cfg.val_samples,
            "[ledger] an evaluation's batch must be 0 to its split's samples, got {} of {} (test), {} of {} (validation)",
@@ -276,17 +276,19 @@ void eval_forward(nn::Module& model, const LedgerConfig& cfg, const Tensor& x, c
 // mode, no gradients, the run's autocast, its loader's batches of `batch` (batch <= samples), the
 // loss summed; batches until the allocator's blocks stop changing (a later batch may take a larger
 // cached block than the first did and map another), then its last, shorter batch. The loader
-// holds the batches it prepared ahead of the first: its prefetch, but no more than the split has
-// after it. At a batch other than the step's the allocator's cache is handed back before and
-// after (as the trainer does).
+// holds the batches it prepared ahead of the first: its prefetch (eval_loader_batches), but no
+// more than the split has after it. At a batch other than the step's the allocator's cache is
+// handed back before and after (as the trainer does).
 void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape& x_shape, int64_t batch,
                int64_t samples) {
+  RK_CHECK(batch > 0 && batch <= samples, "[ledger] an evaluation batch of {} for a split of {} samples", batch,
+           samples);
   const int64_t full = samples / batch, last = samples % batch;
   const bool other_batch = batch != cfg.batch;
   if (other_batch) host_memory_trim(d);
   model.eval();
   std::vector<std::pair<Tensor, Tensor>> batches;
-  const int64_t ahead = std::min<int64_t>(cfg.loader_batches, full + (last > 0) - 1);
+  const int64_t ahead = std::min<int64_t>(cfg.eval_loader_batches, full + (last > 0) - 1);
   for (int64_t i = 1; i <= ahead; ++i) batches.push_back(loader_batch(d, x_shape, i < full ? batch : last));
   until_blocks_stable(d, [&] {
     auto [x, y] = loader_batch(d, x_shape, batch);  // the loader's next, the oldest freed
@@ -303,7 +305,7 @@ void eval_pass(Device d, nn::Module& model, const LedgerConfig& cfg, const Shape
 
 // Warm-up steps before the observed one: the optimizer's state then exists, and the allocator's
 // cache holds the blocks a long run keeps; with the run around the step (the config's
-// loader_batches, last_batch and eval_batch), an epoch's end and evaluation too, in the
+// loader_batches, last_batch, eval_batch and val_batch), an epoch's end and evaluation too, in the
 // trainer's order. Returns the loader's batches, to be kept alive over the observed step.
 // The meta device and the measured run take the same steps.
 std::vector<Tensor> warm_up(Device d, nn::Module& model, optim::Optimizer& opt, optim::GradScaler* scaler,

@@ -52,10 +52,11 @@ struct LedgerConfig {
   // the trainer's order so that the allocator's blocks at their peak are the run's: input batches
   // the loader holds beside the step's (its prefetch), an epoch's last micro-batch when shorter,
   // and the evaluation between epochs of the test split (eval_samples images at eval_batch; eval
-  // mode, no gradients; its loader holding at most the batches the split has left), then
-  // (--val-split) of the validation split, at its own batch. The observed step is still one step
-  // of `batch`; the memory figures are the peak over all of it.
+  // mode, no gradients; its own loader holding eval_loader_batches ahead, at most what the split
+  // has left), then (--val-split) of the validation split, at its own batch. The observed step is
+  // still one step of `batch`; the memory figures are the peak over all of it.
   int loader_batches = 0;
+  int eval_loader_batches = 0;
   int64_t last_batch = 0;
   int64_t eval_batch = 0, eval_samples = 0;  // eval_batch <= eval_samples
   int64_t val_batch = 0, val_samples = 0;    // val_batch <= val_samples

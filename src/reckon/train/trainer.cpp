@@ -306,6 +306,9 @@ void open_outputs(Run& r, const FileMarks& m) {
 // runs around it (the loader's prefetched batches, the epoch's last micro-batch, the evaluation), so
 // that the allocator's blocks at their peak are the run's; the process once the step is planned is
 // this one, the data already in it. Not with --qat (the fake-quantized forward is not the ledger's).
+// The evaluation's batch: --eval-batch, else the training batch (before a split's size caps it).
+int64_t eval_batch_of(const TrainConfig& cfg) { return cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch; }
+
 void predict_run(Run& r) {
   const TrainConfig& cfg = r.cfg;
   if (cfg.no_predict || cfg.qat) return;
@@ -325,11 +328,12 @@ void predict_run(Run& r) {
   lc.loader_batches = cfg.prefetch;
   lc.last_batch = cfg.drop_last || cfg.batch >= n ? 0 : n % cfg.batch;
   const int64_t test_n = r.data.test->size();
-  lc.eval_batch = std::min(cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch, test_n);
+  lc.eval_batch = std::min(eval_batch_of(cfg), test_n);
+  lc.eval_loader_batches = data::LoaderOptions{}.prefetch;  // evaluate()'s loader (eval.cpp)
   lc.eval_samples = test_n;
   if (r.data.val) {  // evaluated after the test set, at its own batch (end_epoch)
     lc.val_samples = r.data.val->size();
-    lc.val_batch = std::min(cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch, lc.val_samples);
+    lc.val_batch = std::min(eval_batch_of(cfg), lc.val_samples);
   }
   calibrate_cpu_in_child();  // a first calibration's buffers are not this run's peak
   try {
@@ -422,7 +426,7 @@ void print_header(Run& r) {
                             format_mib(m.process_planned_bytes), format_mib(r.res.dataset_bytes),
                             format_mib(m.allocator_resident_bytes), format_mib(m.process_overhead_bytes)));
   }
-  {
+  if (cfg.max_memory <= 0) {  // (a plan's table says it already)
     const std::optional<DeviceSpec> cpu =
         r.res.predicted_step_s > 0 ? std::optional<DeviceSpec>(r.prediction.times.at(0).device) : cached_cpu_spec();
     if (cpu)
@@ -588,7 +592,7 @@ void warn_if_at_chance(Run& r, const EpochStats& es) {
 // resident, against 0.75 GiB evaluated at 64, as fast).
 // (The ledger's prediction of the run takes the same steps: predict_run.)
 EvalResult evaluate_between_steps(Run& r, const data::Dataset& ds) {
-  const int64_t batch = r.cfg.eval_batch > 0 ? r.cfg.eval_batch : r.cfg.batch;
+  const int64_t batch = eval_batch_of(r.cfg);
   const bool other_batch = std::min(batch, ds.size()) != std::min(r.cfg.batch, r.data.train->size());
   if (other_batch) host_memory_trim(Device::cpu);
   EvalResult ev = evaluate(*r.model, ds, r.norm, batch, precision_dtype(r.cfg.precision));
