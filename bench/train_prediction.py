@@ -33,6 +33,8 @@ CASES = [
     ("mobilenet_v2 b32", ["mobilenet_v2", "--data", "synthetic:3x32x32:1024:10", "--epochs", "2", "--batch", "32"]),
     ("mobilenet_v2 b16, 3x96x96, --val-split 0.2", ["mobilenet_v2", "--data", "synthetic:3x96x96:300:10", "--epochs",
                                                     "2", "--batch", "16", "--val-split", "0.2"]),
+    ("lenet5, Fashion-MNIST, --val-split 0.5, --eval-batch 20000", ["lenet5", "--epochs", "1", "--val-split", "0.5",
+                                                                    "--eval-batch", "20000"]),
     ("alexnet_tv b16, 3x64x64", ["alexnet_tv", "--data", "synthetic:3x64x64:256:10", "--epochs", "2", "--batch", "16"]),
     ("vgg11 b8, 3x64x64", ["vgg11", "--data", "synthetic:3x64x64:128:10", "--epochs", "2", "--batch", "8"]),
 ]
