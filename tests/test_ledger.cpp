@@ -703,18 +703,28 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   f = fit_family({sample(1e-5, 30e-6), sample(1e-4, 40e-6)}, 1e-6);
   EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
   EXPECT_GT(f.fixed_s, 0.0);
-  // One roofline time: the time beyond it is the fixed cost, the scale 1 (a tiny roofline does not
-  // become a steep slope); one faster than its roofline, a scale below 1 and no fixed cost.
+  // One roofline time well above the per-op overhead: the kernel's efficiency is the scale, the
+  // overhead the fixed cost; rooflines too close together for a slope (7 ms at 2.7 and 3.6 ms: a
+  // least-squares slope of 0, a fixed cost of 7 ms that smaller calls would pay) the same.
   f = fit_family({sample(1e-4, 3e-4), sample(1e-4, 3e-4)}, 10e-6);
-  EXPECT_NEAR(f.fixed_s, 2e-4, 1e-12);
-  EXPECT_DOUBLE_EQ(f.scale, 1.0);
+  EXPECT_NEAR(f.fixed_s, 10e-6, 1e-12);
+  EXPECT_NEAR(f.scale, 2.9, 1e-9);
+  f = fit_family({sample(2.7e-3, 7.1e-3), sample(3.6e-3, 7.0e-3)}, 2e-6);
+  EXPECT_NEAR(f.fixed_s, 2e-6, 1e-12);
+  EXPECT_GT(f.scale, 1.9);
+  EXPECT_LT(f.scale, 2.7);
+  // One tiny roofline time: the time beyond it is the fixed cost, the scale 1 (a tiny roofline does
+  // not become a steep slope); one faster than its roofline, a scale below 1 and no fixed cost.
   f = fit_family({sample(1e-9, 20e-6)}, 1e-6);
   EXPECT_NEAR(f.fixed_s, 20e-6 - 1e-9, 1e-15);
   EXPECT_DOUBLE_EQ(f.scale, 1.0);
   EXPECT_EQ(f.samples, 1);
-  f = fit_family({sample(1e-4, 0.5e-4)}, 1e-6);
+  f = fit_family({sample(1e-9, 0.5e-9)}, 1e-6);
   EXPECT_DOUBLE_EQ(f.fixed_s, 0.0);
   EXPECT_NEAR(f.scale, 0.5, 1e-12);
+  f = fit_family({sample(1e-4, 0.5e-4)}, 1e-6);  // a large one faster than its roofline
+  EXPECT_NEAR(f.fixed_s, 1e-6, 1e-15);
+  EXPECT_NEAR(f.scale, 0.49, 1e-9);
   // A slope above the ceiling (samples at tiny sizes only): the ceiling.
   f = fit_family({sample(1e-9, 1e-6), sample(1e-8, 90e-6)}, 1e-6);
   EXPECT_DOUBLE_EQ(f.scale, kMaxFamilyScale);

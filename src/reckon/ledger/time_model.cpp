@@ -119,7 +119,15 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
     Sxx += w * dx * dx, Sxy += w * dx * (s.measured_s - my);
     lo = std::min(lo, s.roofline_s), hi = std::max(hi, s.roofline_s);
   }
-  if (hi <= 0 || hi < 1.2 * lo || !(Sxx > 0)) {  // no spread to tell a fixed cost from a slope
+  if (hi <= 0 || hi < kMinFamilySpread * lo || !(Sxx > 0)) {  // no spread to tell a fixed cost from a slope
+    if (mx >= 10 * default_fixed_s) {
+      // The kernel's own time decides: one efficiency, and the per-op overhead. (Two calls of
+      // oneDNN's narrow Winograd kernel at 2.7 and 3.6 ms of roofline, both 7 ms, made a line of
+      // slope 0.25 and 6.2 ms fixed cost: tinycnn's 0.3 ms layer predicted at 18.7 ms.)
+      f.fixed_s = std::min(default_fixed_s, my);
+      f.scale = std::clamp((my - f.fixed_s) / mx, kMinFamilyScale, kMaxFamilyScale);
+      return f;
+    }
     f.scale = 1.0;
     f.fixed_s = std::max(0.0, my - mx);
     if (f.fixed_s == 0 && mx > 0) f.scale = std::clamp(my / mx, kMinFamilyScale, kMaxFamilyScale);

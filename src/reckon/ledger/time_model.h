@@ -83,10 +83,13 @@ struct FamilySample {
 // the fixed cost), with the fixed
 // cost kept >= 0 and the scale within [kMinFamilyScale, kMaxFamilyScale] (a family measured only
 // inside the caches would otherwise be extrapolated to large tensors at a speed no memory gives,
-// one measured only at tiny sizes at a slope no kernel has). With one distinct roofline time (or
-// none), the time beyond the roofline is the fixed cost and the scale 1.
+// one measured only at tiny sizes at a slope no kernel has). With roofline times within a factor
+// kMinFamilySpread of each other a slope is noise: where the roofline is at least ten times the
+// per-op overhead (default_fixed_s) the scale is the samples' time over it and the fixed cost that
+// overhead; below, the time beyond the roofline is the fixed cost and the scale 1.
 constexpr double kMinFamilyScale = 0.25;
 constexpr double kMaxFamilyScale = 50;
+constexpr double kMinFamilySpread = 2.0;
 FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_fixed_s);
 
 // Runs the probe on the cpu and fits every family it met (and every op, over its families): a
