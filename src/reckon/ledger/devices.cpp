@@ -121,7 +121,9 @@ constexpr int kCalibrationFormat = 10;  // 4-6: the op families (time_model.h; 5
                                         // bandwidth by working-set size; 9: bf16 autocast keeps
                                         // the probe's narrow layer f32 on some cpus, ops/conv.h;
                                         // 10: a family's rooflines within 2x of each other give
-                                        // its efficiency, not a slope: kMinFamilySpread)
+                                        // its efficiency, not a slope: kMinFamilySpread; the
+                                        // small direct convolution's output-lanes variant named
+                                        // and probed)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.

@@ -215,6 +215,22 @@ class NarrowProbe : public nn::Module {
   std::shared_ptr<nn::Sequential> body;
 };
 
+// A first layer of 16 filters over one grey channel (TinyCNN's): the small direct convolution with
+// the output channels in its vector lanes (conv_small::output_channel_lanes), which the narrow
+// probe runs only past its first layer; then max pooling and one linear layer.
+class FirstLayerProbe : public nn::Module {
+ public:
+  FirstLayerProbe() : Module("TimeProbe") {
+    body = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+        std::make_shared<nn::Conv2d>(1, 16, nn::Size2(3), nn::Conv2dOptions{.padding = 1}),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Size2(2)),
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(16 * 13 * 13, 10)});
+    register_module("body", body);
+  }
+  Tensor forward(const Tensor& x) override { return (*body)(x); }
+  std::shared_ptr<nn::Sequential> body;
+};
+
 // Times `timed` steps of the model (after two untimed ones) op by op, as the ledger's --measure
 // does: an op's time is the wall time from the previous op's record to its own, the best of the
 // steps kept.
@@ -279,6 +295,7 @@ std::vector<FamilySample> probe_op_samples(const DeviceSpec& d) {
   std::vector<FamilySample> out;
   WideProbe wide;
   NarrowProbe narrow;
+  FirstLayerProbe first;
   struct Run {
     DType precision;
     const char* optimizer;
@@ -286,8 +303,10 @@ std::vector<FamilySample> probe_op_samples(const DeviceSpec& d) {
   for (const Run run : {Run{DType::f32, "sgd"}, Run{DType::bf16, "adamw"}}) {
     for (const Shape& s : {Shape{2, 3, 40, 40}, Shape{8, 3, 72, 72}, Shape{24, 3, 128, 128}})
       probe_model(d, wide, s, run.precision, run.optimizer, 3, out);
-    for (const Shape& s : {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}})
+    for (const Shape& s : {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}) {
       probe_model(d, narrow, s, run.precision, run.optimizer, 3, out);
+      probe_model(d, first, s, run.precision, run.optimizer, 3, out);
+    }
     host_memory_restart(Device::cpu);
   }
   return out;

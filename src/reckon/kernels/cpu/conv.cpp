@@ -89,6 +89,7 @@ void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
   ++used()[impl + " " + kind];
 }
 const std::string kSmallDirect = "reckon small_direct";
+const std::string kSmallDirectOutputLanes = "reckon small_direct o_lanes";  // conv_small::output_channel_lanes
 constexpr const char* kNchwOnly = "a channels-last activation this call's kernels read as NCHW: the reference";
 const std::string kDepthwiseDirect = "reckon depthwise_direct";
 
@@ -197,7 +198,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   if (x.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), w.shape(), a))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
-    ran(ctx, kSmallDirect, "fwd");
+    ran(ctx, conv_small::output_channel_lanes(w.shape()) ? kSmallDirectOutputLanes : kSmallDirect, "fwd");
     conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
     return Support::yes();
   }
@@ -285,7 +286,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(x.shape(), a.w_shape, a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
-    ran(ctx, kSmallDirect, "bwd_weights");
+    ran(ctx, conv_small::output_channel_lanes(a.w_shape) ? kSmallDirectOutputLanes : kSmallDirect, "bwd_weights");
     conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);
     return Support::yes();
   }

@@ -314,7 +314,7 @@ void row_o_lanes(const float* xp, int64_t Hp, int64_t Wp, int64_t C, int64_t KH,
 
 // The forward on raw NCHW pointers with its scratch given: the transposed weights and bias (for the
 // output-channel-lanes layout), then T padded images (one per thread, zeroed here).
-int64_t weights_t_floats(const Geo& g) { return g.O >= 12 ? (g.C * g.KH * g.KW + 1) * 16 : 0; }
+int64_t weights_t_floats(const Geo& g) { return g.O >= kOutputLanesMin ? (g.C * g.KH * g.KW + 1) * 16 : 0; }
 int64_t padded_floats(const Geo& g) { return g.C * (g.H + 2 * g.ph) * (g.W + 2 * g.pw); }
 int64_t forward_scratch_floats(const Geo& g, int T) { return weights_t_floats(g) + T * padded_floats(g); }
 // wT for the output-channel-lanes layout (O >= 12): [taps][16], then the bias; lanes past O zero.
@@ -329,7 +329,7 @@ void transpose_weights(const Geo& g, const float* pw, const float* pb, float* wT
 // One image's outputs y (O, HO, WO) from its padded input xp (C, Hp, Wp).
 void image_forward(const Geo& g, const float* xp, const float* pw, const float* wT, const float* pb, float* y) {
   const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, plane = g.HO * g.WO;
-  if (g.O >= 12) {  // output channels in the lanes (see pixels_o_lanes)
+  if (g.O >= kOutputLanesMin) {  // output channels in the lanes (see pixels_o_lanes)
     const int64_t taps = g.C * g.KH * g.KW;
     for (int64_t oh = 0; oh < g.HO; ++oh)
       row_o_lanes(xp + oh * Wp, Hp, Wp, g.C, g.KH, g.KW, wT, wT + taps * 16, g.O, y + oh * g.WO, plane, g.WO);
@@ -349,7 +349,7 @@ void forward_raw(const Geo& g, const float* px, const float* pw, const float* pb
   float* wT = scratch;
   float* pads = scratch + weights_t_floats(g);
   std::fill_n(pads, nt * per, 0.0f);
-  if (g.O >= 12) transpose_weights(g, pw, pb, wT);
+  if (g.O >= kOutputLanesMin) transpose_weights(g, pw, pb, wT);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t n = 0; n < g.N; ++n) {
     float* xp = pads + omp_get_thread_num() * per;
@@ -409,7 +409,7 @@ void forward_int8(const Tensor& x, const Tensor& w, const Tensor* b, const Tenso
   const int nt = std::max(1, std::min(threads, omp_get_max_threads()));
   const int8_t* pw = w.data<int8_t>();
   for (int64_t i = 0; i < g.O * taps; ++i) wf[i] = float(pw[i]);
-  if (g.O >= 12) transpose_weights(g, wf, nullptr, wT);
+  if (g.O >= kOutputLanesMin) transpose_weights(g, wf, nullptr, wT);
   const DType yt = y.dtype();
   const float zp = yt == DType::f32 ? 0.f : float(q.y_zero_point);
   const float lo = yt == DType::f32 ? 0.f : float(quant_min(yt)) - zp, hi = yt == DType::f32 ? 0.f : float(quant_max(yt)) - zp;
@@ -564,7 +564,7 @@ void backward_weight_o_lanes(KernelCtx& ctx, const Geo& g, const Tensor& dy, con
 
 void backward_weight(KernelCtx& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db, const ConvAttrs& a) {
   const Geo g = geo(x.shape(), dw.shape(), dy.shape(), a);
-  if (g.O >= 12) return backward_weight_o_lanes(ctx, g, dy, x, dw, db);
+  if (g.O >= kOutputLanesMin) return backward_weight_o_lanes(ctx, g, dy, x, dw, db);
   const int64_t Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, per = g.C * Hp * Wp;
   const int64_t taps = g.O * g.C * g.KH * g.KW;
   const int64_t acc_per = (taps + g.O) * 16;  // a vector of partial sums per tap, then per bias

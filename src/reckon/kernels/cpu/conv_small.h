@@ -10,6 +10,11 @@ namespace reckon::conv_small {
 // f32, groups 1, stride 1, dilation 1, padding below the kernel size, fewer than 16 input
 // channels, at most 16 outputs, at most 256 taps per output, padded rows of at most 64.
 bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t);
+// Whether the forward and backward-weight passes put the output channels in the vector lanes (12
+// to 16 outputs) rather than a row of the image: another loop, at another speed, which the op
+// record names ("reckon small_direct o_lanes") so that the ledger times it by its own line.
+constexpr int64_t kOutputLanesMin = 12;
+inline bool output_channel_lanes(const Shape& w) { return w.size() == 4 && w[0] >= kOutputLanesMin; }
 
 void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a);
 // The same with its scratch given (what the inference engine plans in its arena): bytes from
