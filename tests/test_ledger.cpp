@@ -704,11 +704,20 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
   EXPECT_GT(f.fixed_s, 0.0);
   // One roofline time well above the per-op overhead: the kernel's efficiency is the scale, the
-  // overhead the fixed cost; rooflines too close together for a slope (7 ms at 2.7 and 3.6 ms: a
-  // least-squares slope of 0, a fixed cost of 7 ms that smaller calls would pay) the same.
-  f = fit_family({sample(1e-4, 3e-4), sample(1e-4, 3e-4)}, 10e-6);
-  EXPECT_NEAR(f.fixed_s, 10e-6, 1e-12);
-  EXPECT_NEAR(f.scale, 2.9, 1e-9);
+  // overhead the fixed cost; rooflines too close together for a slope (about 7 ms at 2.7 and 3.6
+  // ms: a least-squares slope at the floor and a fixed cost of several ms that smaller calls
+  // would pay) the same. A scale past its bounds is clamped and the fixed cost refitted.
+  f = fit_family({sample(1e-4, 3e-4), sample(1e-4, 3e-4)}, 5e-6);
+  EXPECT_NEAR(f.fixed_s, 5e-6, 1e-12);
+  EXPECT_NEAR(f.scale, 2.95, 1e-9);
+  f = fit_family({sample(1e-3, 60e-3)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.scale, kMaxFamilyScale);
+  EXPECT_NEAR(f.fixed_s + f.scale * 1e-3, 60e-3, 1e-12);
+  f = fit_family({sample(1e-4, 1e-5)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
+  EXPECT_DOUBLE_EQ(f.fixed_s, 0.0);
+  f = fit_family({sample(0, 3e-6), sample(0, 5e-6)}, 0.0);  // no roofline, no overhead: finite
+  EXPECT_TRUE(std::isfinite(f.scale) && std::isfinite(f.fixed_s));
   f = fit_family({sample(2.7e-3, 7.1e-3), sample(3.6e-3, 7.0e-3)}, 2e-6);
   EXPECT_NEAR(f.fixed_s, 2e-6, 1e-12);
   EXPECT_GT(f.scale, 1.9);

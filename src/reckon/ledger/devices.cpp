@@ -114,14 +114,14 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 10;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 11;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
                                         // bandwidth by working-set size; 9: bf16 autocast keeps
                                         // the probe's narrow layer f32 on some cpus, ops/conv.h;
                                         // 10: a family's rooflines within 2x of each other give
-                                        // its efficiency, not a slope: kMinFamilySpread; the
+                                        // its efficiency, not a slope: kMinFamilySpread; 11: the
                                         // small direct convolution's output-lanes variant named
                                         // and probed)
 

@@ -120,12 +120,14 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
     lo = std::min(lo, s.roofline_s), hi = std::max(hi, s.roofline_s);
   }
   if (hi <= 0 || hi < kMinFamilySpread * lo || !(Sxx > 0)) {  // no spread to tell a fixed cost from a slope
-    if (mx >= 10 * default_fixed_s) {
+    if (mx > 0 && mx >= 10 * default_fixed_s) {
       // The kernel's own time decides: one efficiency, and the per-op overhead. (Two calls of
-      // oneDNN's narrow Winograd kernel at 2.7 and 3.6 ms of roofline, both 7 ms, made a line of
-      // slope 0.25 and 6.2 ms fixed cost: tinycnn's 0.3 ms layer predicted at 18.7 ms.)
+      // oneDNN's narrow Winograd kernel at 2.7 and 3.6 ms of roofline, both about 7 ms, made a
+      // line of slope 0.25, the floor, and a fixed cost of 4.7-7.0 ms: tinycnn's 16 -> 32 layer
+      // at batch 64, 2.9 ms measured, predicted at 18.7 ms.)
       f.fixed_s = std::min(default_fixed_s, my);
       f.scale = std::clamp((my - f.fixed_s) / mx, kMinFamilyScale, kMaxFamilyScale);
+      f.fixed_s = std::max(0.0, my - f.scale * mx);  // (the same where the scale was not clamped)
       return f;
     }
     f.scale = 1.0;
@@ -215,15 +217,16 @@ class NarrowProbe : public nn::Module {
   std::shared_ptr<nn::Sequential> body;
 };
 
-// A first layer of 16 filters over one grey channel (TinyCNN's): the small direct convolution with
-// the output channels in its vector lanes (conv_small::output_channel_lanes), which the narrow
-// probe runs only past its first layer; then max pooling and one linear layer.
+// A first layer of 16 filters over one grey channel (TinyCNN's: no bias, batch norm after it): the
+// small direct convolution with the output channels in its vector lanes
+// (conv_small::output_channel_lanes), which the narrow probe runs only past its first layer; then
+// max pooling and one linear layer.
 class FirstLayerProbe : public nn::Module {
  public:
   FirstLayerProbe() : Module("TimeProbe") {
     body = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-        std::make_shared<nn::Conv2d>(1, 16, nn::Size2(3), nn::Conv2dOptions{.padding = 1}),
-        std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Size2(2)),
+        std::make_shared<nn::Conv2d>(1, 16, nn::Size2(3), nn::Conv2dOptions{.padding = 1, .bias = false}),
+        std::make_shared<nn::BatchNorm2d>(16), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Size2(2)),
         std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(16 * 13 * 13, 10)});
     register_module("body", body);
   }
