@@ -125,9 +125,9 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
       // oneDNN's narrow Winograd kernel at 2.7 and 3.6 ms of roofline, both about 7 ms, made a
       // line of slope 0.25, the floor, and a fixed cost of 4.7-7.0 ms: tinycnn's 16 -> 32 layer
       // at batch 64, 2.9 ms measured, predicted at 18.7 ms.)
-      f.fixed_s = std::min(default_fixed_s, my);
-      f.scale = std::clamp((my - f.fixed_s) / mx, kMinFamilyScale, kMaxFamilyScale);
-      f.fixed_s = std::max(0.0, my - f.scale * mx);  // (the same where the scale was not clamped)
+      // (The fixed cost is refitted where the scale was clamped.)
+      f.scale = std::clamp((my - std::min(default_fixed_s, my)) / mx, kMinFamilyScale, kMaxFamilyScale);
+      f.fixed_s = std::max(0.0, my - f.scale * mx);
       return f;
     }
     f.scale = 1.0;

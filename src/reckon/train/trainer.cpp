@@ -302,13 +302,13 @@ void open_outputs(Run& r, const FileMarks& m) {
   r.saved_config = config_json(r.cfg, r.norm);
 }
 
+// The evaluation's batch: --eval-batch, else the training batch (before a split's size caps it).
+int64_t eval_batch_of(const TrainConfig& cfg) { return cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch; }
+
 // 6b. The run predicted by the ledger before its first step: the step on the meta device with what
 // runs around it (the loader's prefetched batches, the epoch's last micro-batch, the evaluation), so
 // that the allocator's blocks at their peak are the run's; the process once the step is planned is
 // this one, the data already in it. Not with --qat (the fake-quantized forward is not the ledger's).
-// The evaluation's batch: --eval-batch, else the training batch (before a split's size caps it).
-int64_t eval_batch_of(const TrainConfig& cfg) { return cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch; }
-
 void predict_run(Run& r) {
   const TrainConfig& cfg = r.cfg;
   if (cfg.no_predict || cfg.qat) return;
