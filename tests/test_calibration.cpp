@@ -223,11 +223,22 @@ TEST_F(CalibrationCache, MadeUnderLoadIsMarkedTakenAgainAndNeverReplacesAQuietOn
   DeviceSpec spent = device_spec("cpu");
   EXPECT_EQ(spent.calibrated_at, "2000-01-01T00:00:00Z");
   EXPECT_NE(spent.source.find("the least disturbed of 3"), std::string::npos) << spent.source;
-  // Made under load with attempts left: measured again.
+  // Made under load with attempts left: used as it is in a process-memory probe (whose peak
+  // resident memory a calibration would become) and once a child calibrated for this command...
   edit_entry([](json& e) {
     e["attempts"] = 1;
     e["others_cpu_share"] = 1.0;  // more disturbed than any fresh one can be
   });
+  {
+    test_util::ScopedEnv probe(kProcessProbeEnv, "1");
+    EXPECT_EQ(device_spec("cpu").calibrated_at, "2000-01-01T00:00:00Z");
+    forget_cpu_calibration();
+  }
+  use_cached_cpu_calibration();
+  EXPECT_EQ(device_spec("cpu").attempts, 1);
+  EXPECT_EQ(cached_entry()["calibrated_at"], "2000-01-01T00:00:00Z");
+  forget_cpu_calibration();
+  // ... and measured again otherwise.
   const DeviceSpec retaken = device_spec("cpu");
   EXPECT_NE(retaken.calibrated_at, "2000-01-01T00:00:00Z");
   EXPECT_EQ(cached_entry()["attempts"], retaken.under_load ? 2 : 1);

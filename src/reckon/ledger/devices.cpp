@@ -296,6 +296,7 @@ void write_cache(const DeviceSpec& d) {
 
 std::mutex g_cpu_mu;
 std::optional<DeviceSpec> g_cpu;
+bool g_use_cached = false;  // use_cached_cpu_calibration
 
 // calibration_to_keep's choice, written to the cache.
 DeviceSpec keep_and_cache(const std::optional<DeviceSpec>& cached, const DeviceSpec& fresh) {
@@ -413,6 +414,12 @@ std::string device_cache_path() {
 void forget_cpu_calibration() {
   std::lock_guard<std::mutex> g(g_cpu_mu);
   g_cpu.reset();
+  g_use_cached = false;
+}
+
+void use_cached_cpu_calibration() {
+  std::lock_guard<std::mutex> g(g_cpu_mu);
+  g_use_cached = true;
 }
 
 DeviceSpec calibrate_cpu() {
@@ -593,9 +600,12 @@ DeviceSpec device_spec(const std::string& name) {
   if (key == "cpu") {
     std::lock_guard<std::mutex> g(g_cpu_mu);
     if (!g_cpu) {
-      // A quiet entry is used; one made under load is taken again, until the attempts are spent.
+      // A quiet entry is used; one made under load is taken again, until the attempts are spent,
+      // but not in a process-memory probe nor after a child calibrated for this command.
       std::optional<DeviceSpec> c = read_cache();
-      g_cpu = cpu_calibration_settled(c) ? *c : keep_and_cache(c, calibrate_cpu());
+      const char* probe = std::getenv(kProcessProbeEnv);
+      const bool as_is = c && (g_use_cached || (probe && *probe));
+      g_cpu = as_is || cpu_calibration_settled(c) ? *c : keep_and_cache(c, calibrate_cpu());
     }
     return *g_cpu;
   }

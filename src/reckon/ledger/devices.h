@@ -98,9 +98,15 @@ DeviceSpec device_spec(const std::string& name);
 
 // A calibration during which other processes took more than this share of the CPU time of the
 // cores it ran on is made under load: used, marked in the cache and taken again on the next use,
-// up to kCalibrationAttempts calibrations, after which the least disturbed one stays.
+// up to kCalibrationAttempts calibrations, after which the least disturbed one stays. The next
+// use is the next command: one command calibrates at most once (see use_cached_cpu_calibration).
 constexpr double kCalibrationBusyShare = 0.10;
 constexpr int kCalibrationAttempts = 3;
+
+// Set (to 1) in the environment of the process-memory probes (ledger/process.h). A probe takes any
+// cached cpu entry as it is: a calibration run inside it would be its peak resident memory (the
+// bandwidth's buffers, over a GiB), which is what it measures.
+constexpr const char* kProcessProbeEnv = "RECKON_PROCESS_PROBE";
 
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), the bandwidth curve from relus (read + write)
@@ -169,8 +175,12 @@ std::optional<DeviceSpec> cached_cpu_spec();
 // Whether device_spec("cpu") takes this cached entry as it is: a quiet one, or one made under load
 // whose attempts are spent (else it calibrates again).
 bool cpu_calibration_settled(const std::optional<DeviceSpec>& cached);
-// Drops this process's cached cpu entry so the next device_spec("cpu") calibrates again (and
-// rewrites the cache file).
+// From now on this process's device_spec("cpu") takes a cached entry as it is, settled or not:
+// called once a child process has calibrated for this command (ledger/process.h), so that an
+// entry made under load is taken again by the next command, not by this one.
+void use_cached_cpu_calibration();
+// Drops this process's cached cpu entry (and use_cached_cpu_calibration's mark) so the next
+// device_spec("cpu") reads the cache file again, or calibrates and rewrites it.
 void forget_cpu_calibration();
 
 }  // namespace reckon

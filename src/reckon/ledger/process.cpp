@@ -123,7 +123,7 @@ constexpr const char* kProbes[] = {
 
 // Runs one probe; nullopt with why in `why`.
 std::optional<ProcessProbe> probe(const std::string& bin, const char* args, std::string& why) {
-  const std::string cmd = "RECKON_PROCESS_PROBE=1 " +
+  const std::string cmd = std::string(kProcessProbeEnv) + "=1 " +
                           ledger_command(bin, fmt::format("{} --measure --measure-steps 1 --json", args)) +
                           " 2>/dev/null </dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -221,12 +221,12 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
 void calibrate_cpu_in_child() {
   const std::string bin = reckon_cli();
   if (bin.empty()) return;
-  // An entry made under load is made again, as many times as device_spec would.
-  for (int i = 0; i < kCalibrationAttempts; ++i) {
-    if (cpu_calibration_settled(cached_cpu_spec())) return;
-    const std::string cmd = ledger_command(bin, "lenet5 --batch 1") + " >/dev/null 2>&1 </dev/null";
-    if (std::system(cmd.c_str()) != 0) return;  // device_spec calibrates here
-  }
+  if (cpu_calibration_settled(cached_cpu_spec())) return;
+  // One calibration (an entry made under load is taken again by the next command, not at once:
+  // the load is most likely still there). Where the child could not leave an entry, device_spec
+  // calibrates in this process.
+  const std::string cmd = ledger_command(bin, "lenet5 --batch 1") + " >/dev/null 2>&1 </dev/null";
+  if (std::system(cmd.c_str()) == 0 && cached_cpu_spec()) use_cached_cpu_calibration();
 }
 
 ProcessOverhead process_overhead(bool refresh) {
@@ -234,7 +234,7 @@ ProcessOverhead process_overhead(bool refresh) {
   // Once per process and key, failures included (a probe that failed is not run again).
   static std::map<std::string, ProcessOverhead> memo;
   ProcessOverhead r;
-  if (const char* p = std::getenv("RECKON_PROCESS_PROBE"); p && *p) {
+  if (const char* p = std::getenv(kProcessProbeEnv); p && *p) {
     r.source = "this is a probe";
     return r;
   }

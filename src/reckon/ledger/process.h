@@ -46,9 +46,11 @@ struct ProcessOverhead {
 ProcessOverhead process_overhead(bool refresh = false);
 
 // Makes the cpu's calibration (ledger/devices.h) in a child process when device_spec("cpu") would
-// make one here: its buffers (hundreds of MiB for the bandwidth) would otherwise be this process's
-// peak resident memory, which a training run predicts and then measures. Without a reckon binary
-// to run it does nothing (device_spec calibrates in this process, as before).
+// make one here: its buffers (over a GiB for the bandwidth) would otherwise be this process's peak
+// resident memory, which a training run predicts and then measures. One calibration at most: this
+// process then takes the entry the child left as it is, even one made under load (the next command
+// takes that again). Without a reckon binary to run it does nothing (device_spec calibrates in this
+// process, as before).
 void calibrate_cpu_in_child();
 
 }  // namespace reckon
