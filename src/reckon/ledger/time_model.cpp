@@ -200,15 +200,18 @@ class WideProbe : public nn::Module {
 };
 
 // Narrow: one grey channel and few filters, as small networks have (reckon's small direct
-// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers.
+// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers. The first layer
+// is LeNet-5's, 1 -> 6 with 5x5 filters: the few-channel line is fitted on its 25 taps a row
+// (a 1 -> 8 3x3 layer, amortizing each row's loads over 9, ran at 6-7x its roofline where this one
+// runs at 2.4x, and had timed LeNet-5's first layer at 2.6x its measured time on a Xeon).
 class NarrowProbe : public nn::Module {
  public:
   NarrowProbe() : Module("TimeProbe") {
     body = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-        std::make_shared<nn::Conv2d>(1, 8, nn::Size2(3)), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::MaxPool2d>(nn::Size2(2)), std::make_shared<nn::Conv2d>(8, 12, nn::Size2(5)),
+        std::make_shared<nn::Conv2d>(1, 6, nn::Size2(5)), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::MaxPool2d>(nn::Size2(2)), std::make_shared<nn::Conv2d>(6, 12, nn::Size2(5)),
         std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Size2(2)),
-        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(12 * 4 * 4, 100),
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(12 * 3 * 3, 100),
         std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(100, 60), std::make_shared<nn::ReLU>(),
         std::make_shared<nn::Linear>(60, 10)});
     register_module("body", body);
