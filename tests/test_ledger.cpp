@@ -782,7 +782,14 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   const ConvShape dw = conv_shape("conv2d_backward_weight", {{8, 128, 4, 4}, {8, 64, 8, 8}}, {{128, 64, 3, 3}});
   EXPECT_EQ(dw.width, 64);
   EXPECT_EQ(dw.out_hw, 16);
-  EXPECT_EQ(conv_shape("linear", {{8, 3}, {4, 3}}, {{8, 4}}).width, 0);
+  EXPECT_EQ(conv_shape("relu", {{8, 3}}, {{8, 3}}).width, 0);
+  // A matrix product by its smallest side: LeNet-5's 400 -> 120 at batch 128 is broad, at batch 8
+  // skinny; its weight gradient dy^T x (120 x 400 over K = the batch) likewise.
+  EXPECT_EQ(conv_class(conv_shape("linear", {{128, 400}, {120, 400}, {120}}, {{128, 120}})), "broad");
+  EXPECT_EQ(conv_class(conv_shape("linear", {{8, 400}, {120, 400}, {120}}, {{8, 120}})), "skinny");
+  EXPECT_EQ(conv_shape("matmul", {{120, 128}, {128, 400}}, {{120, 400}}).width, 120);
+  EXPECT_EQ(conv_shape("matmul", {{8, 120}, {8, 400}}, {{120, 400}}).width, 8);  // a transposed: (K, M)
+  EXPECT_EQ(conv_class(conv_shape("matmul", {{4, 64, 10}, {10, 64}}, {{4, 64, 64}})), "skinny");
 }
 
 // Every op of the zoo's training steps, in fp32 and bf16, with SGD and AdamW, is timed on the cpu

@@ -139,7 +139,7 @@ struct LedgerOp {
   std::vector<DType> in_dtypes;
   bool has_output = false;
   Shape out_shape;        // of output 0
-  ConvShape conv;         // a convolution's width and output image (time_model.h), else 0s
+  ConvShape conv;         // a convolution's or matrix product's shape class inputs (time_model.h), else 0s
   int64_t workspace_bytes = 0, saved_bytes = 0;
 };
 

@@ -18,6 +18,14 @@
 namespace reckon {
 
 ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs) {
+  if ((op == "matmul" || op == "linear") && ins.size() >= 2 && !outs.empty()) {
+    // y (..., M, N); linear's x (M, K); matmul's a (..., M, K), or (..., K, M) transposed
+    const Shape &a = ins[0], &y = outs[0];
+    if (a.size() < 2 || y.size() < 2) return {};
+    const int64_t m = y[y.size() - 2], n = y.back();
+    const int64_t k = op == "linear" || a[a.size() - 2] == m ? a.back() : a[a.size() - 2];
+    return {std::max<int64_t>(1, std::min({m, n, k})), 0, true};
+  }
   const Shape *w = nullptr, *y = nullptr;  // the weight, the output image (dy in backward)
   if (op == "conv2d" && ins.size() >= 2 && !outs.empty()) w = &ins[1], y = &outs[0];
   if (op == "conv2d_backward_input" && ins.size() >= 2) w = &ins[1], y = &ins[0];
@@ -28,6 +36,7 @@ ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const s
 
 std::string conv_class(ConvShape c) {
   if (c.width <= 0) return "";
+  if (c.matmul) return c.width < kSkinnyMatmul ? "skinny" : "broad";
   if (c.width <= 4) return "few";
   if (c.width < 32) return "narrow";
   const bool small = c.out_hw > 0 && c.out_hw < 64;

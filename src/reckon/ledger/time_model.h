@@ -28,10 +28,12 @@ namespace reckon {
 
 // What decides how well a convolution's kernel fills the vector registers: its width, the fewer of
 // its output channels and its input channels per group (its weight's first two sizes; 1 for a
-// depthwise one), and the size of its output image (H x W; oneDNN blocks along its rows). All 0
+// depthwise one), and the size of its output image (H x W; oneDNN blocks along its rows). For a
+// matrix product (matmul, linear) the width is the smallest of M, N and K, and out_hw 0. All 0
 // for other ops. ins, outs: the call's input and output shapes.
 struct ConvShape {
   int64_t width = 0, out_hw = 0;
+  bool matmul = false;
 };
 ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs);
 // The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
@@ -42,9 +44,14 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo);
 // max(flops / peak, bytes / bandwidth), the bandwidth at that many bytes (DeviceSpec::bandwidth_at).
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
 
-// The shape class a family names: "" (not a convolution); by width "few" (<= 4: an image's first
-// layer, a depthwise one), "narrow" (< 32), "mid" (< 96), "wide"; a mid or wide one also by its
-// output image, under 64 pixels (a deep layer's 4x4 or 7x7) or not: "wide small", "wide large".
+// The shape class a family names: "" (not a convolution nor a matrix product); a convolution's by
+// width "few" (<= 4: an image's first layer, a depthwise one), "narrow" (< 32), "mid" (< 96),
+// "wide"; a mid or wide one also by its output image, under 64 pixels (a deep layer's 4x4 or 7x7)
+// or not: "wide small", "wide large". A matrix product's "skinny" where a side is under
+// kSkinnyMatmul (a batch of a few images against a classifier's weights, a handful of classes),
+// else "broad": the probe's skinny products ran at 2-7x their roofline, the broad ones at 1.3-2x,
+// and one line over both had timed LeNet-5's at 2.6x their measured time.
+constexpr int64_t kSkinnyMatmul = 48;
 std::string conv_class(ConvShape c);
 // The family of an op call: "conv2d | jit:avx512_core [fp32] wide" (its implementation when the
 // kernel named one, the precision it computes in, a convolution's shape class) and the op's own
