@@ -121,7 +121,7 @@ TEST(Calibration, AQuietOneIsKeptAgainstABusyMoment) {
   EXPECT_NE(calibration_quality(quiet_new).find("quiet: other processes took 1% of the CPU"), std::string::npos)
       << calibration_quality(quiet_new);
   EXPECT_NE(calibration_quality(busy_new).find("made under load: other processes took 40%"), std::string::npos);
-  EXPECT_NE(calibration_quality(busy_new).find("taken again on the next use"), std::string::npos);
+  EXPECT_NE(calibration_quality(busy_new).find("taken again by the next command"), std::string::npos);
   DeviceSpec spent = entry(true, 0.3, kCalibrationAttempts, "x");
   EXPECT_NE(calibration_quality(spent).find("the least disturbed of 3 calibrations"), std::string::npos);
   EXPECT_NE(calibration_quality(entry(false, -1, 1, "x")).find("not known"), std::string::npos);

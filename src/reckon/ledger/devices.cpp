@@ -365,7 +365,7 @@ std::string calibration_quality(const DeviceSpec& d) {
     return fmt::format("made under load: {} (the least disturbed of {} calibrations; `reckon ledger --recalibrate` on a "
                        "quiet machine)",
                        others, d.attempts);
-  return fmt::format("made under load: {} (calibration {} of at most {}: taken again on the next use)", others,
+  return fmt::format("made under load: {} (calibration {} of at most {}: taken again by the next command)", others,
                      d.attempts, kCalibrationAttempts);
 }
 
@@ -595,6 +595,25 @@ bool cpu_calibration_settled(const std::optional<DeviceSpec>& c) {
   return c && (!c->under_load || c->attempts >= kCalibrationAttempts);
 }
 
+bool in_process_probe() {
+  const char* p = std::getenv(kProcessProbeEnv);
+  return p && *p;
+}
+
+namespace {
+// cpu_calibration_due for a cached entry, under g_cpu_mu.
+bool calibration_due_locked(const std::optional<DeviceSpec>& c) {
+  if (g_cpu) return false;
+  if (c && (g_use_cached || in_process_probe())) return false;  // taken as it is
+  return !cpu_calibration_settled(c);
+}
+}  // namespace
+
+bool cpu_calibration_due() {
+  std::lock_guard<std::mutex> g(g_cpu_mu);
+  return calibration_due_locked(read_cache());
+}
+
 DeviceSpec device_spec(const std::string& name) {
   std::string key = lower(name);
   if (key == "a100-40gb") key = "a100";
@@ -604,9 +623,7 @@ DeviceSpec device_spec(const std::string& name) {
       // A quiet entry is used; one made under load is taken again, until the attempts are spent,
       // but not in a process-memory probe nor after a child calibrated for this command.
       std::optional<DeviceSpec> c = read_cache();
-      const char* probe = std::getenv(kProcessProbeEnv);
-      const bool as_is = c && (g_use_cached || (probe && *probe));
-      g_cpu = as_is || cpu_calibration_settled(c) ? *c : keep_and_cache(c, calibrate_cpu());
+      g_cpu = calibration_due_locked(c) ? keep_and_cache(c, calibrate_cpu()) : *c;
     }
     return *g_cpu;
   }

@@ -97,7 +97,7 @@ std::vector<std::string> device_names();
 DeviceSpec device_spec(const std::string& name);
 
 // A calibration during which other processes took more than this share of the CPU time of the
-// cores it ran on is made under load: used, marked in the cache and taken again on the next use,
+// cores it ran on is made under load: used, marked in the cache and taken again by the next command,
 // up to kCalibrationAttempts calibrations, after which the least disturbed one stays. The next
 // use is the next command: one command calibrates at most once (see use_cached_cpu_calibration).
 constexpr double kCalibrationBusyShare = 0.10;
@@ -105,8 +105,9 @@ constexpr int kCalibrationAttempts = 3;
 
 // Set (to 1) in the environment of the process-memory probes (ledger/process.h). A probe takes any
 // cached cpu entry as it is: a calibration run inside it would be its peak resident memory (the
-// bandwidth's buffers, over a GiB), which is what it measures.
+// calibration's buffers: 1.3 GiB of a lenet5 probe's peak on a Xeon), which is what it measures.
 constexpr const char* kProcessProbeEnv = "RECKON_PROCESS_PROBE";
+bool in_process_probe();
 
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), the bandwidth curve from relus (read + write)
@@ -172,9 +173,13 @@ std::string version_text();
 // thread count, made by these versions; nothing otherwise (a missing, damaged, outdated or hostile
 // file is never an error: the next device_spec("cpu") calibrates again and rewrites it).
 std::optional<DeviceSpec> cached_cpu_spec();
-// Whether device_spec("cpu") takes this cached entry as it is: a quiet one, or one made under load
-// whose attempts are spent (else it calibrates again).
+// Whether this cached entry is settled: a quiet one, or one made under load whose attempts are
+// spent. An unsettled one is calibrated again by the next command that needs the cpu's figures.
 bool cpu_calibration_settled(const std::optional<DeviceSpec>& cached);
+// Whether device_spec("cpu") would calibrate now: this process holds no entry yet, and the cache's
+// is missing, or unsettled and neither in_process_probe() nor use_cached_cpu_calibration() has this
+// process take it as it is.
+bool cpu_calibration_due();
 // From now on this process's device_spec("cpu") takes a cached entry as it is, settled or not:
 // called once a child process has calibrated for this command (ledger/process.h), so that an
 // entry made under load is taken again by the next command, not by this one.

@@ -67,6 +67,7 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   train::parse_activation_layout(cfg.memory_format);  // throws naming --memory-format
+  if (cfg.measure) calibrate_cpu_in_child();  // a calibration's buffers are not the measured step's peak
   device_spec(cfg.device);  // throws naming the known devices
 }
 

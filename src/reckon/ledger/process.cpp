@@ -221,10 +221,10 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
 void calibrate_cpu_in_child() {
   const std::string bin = reckon_cli();
   if (bin.empty()) return;
-  if (cpu_calibration_settled(cached_cpu_spec())) return;
+  if (!cpu_calibration_due()) return;
   // One calibration (an entry made under load is taken again by the next command, not at once:
-  // the load is most likely still there). Where the child could not leave an entry, device_spec
-  // calibrates in this process.
+  // the load is most likely still there), which this process then takes as it is. Where the child
+  // could not leave an entry (the cache cannot be written), device_spec calibrates in this process.
   const std::string cmd = ledger_command(bin, "lenet5 --batch 1") + " >/dev/null 2>&1 </dev/null";
   if (std::system(cmd.c_str()) == 0 && cached_cpu_spec()) use_cached_cpu_calibration();
 }
@@ -234,7 +234,7 @@ ProcessOverhead process_overhead(bool refresh) {
   // Once per process and key, failures included (a probe that failed is not run again).
   static std::map<std::string, ProcessOverhead> memo;
   ProcessOverhead r;
-  if (const char* p = std::getenv(kProcessProbeEnv); p && *p) {
+  if (in_process_probe()) {
     r.source = "this is a probe";
     return r;
   }
@@ -263,6 +263,12 @@ ProcessOverhead process_overhead(bool refresh) {
         return memo[key] = described(o, e.at("measured_at").get<std::string>());
       } catch (const std::exception&) {
       }
+  }
+  if (!cached_cpu_spec()) {  // (not cached: the directory cannot be written)
+    r.source = fmt::format("not measured: no cpu calibration is cached in {} for the probes to take (each would "
+                           "calibrate, and the calibration would be its peak)",
+                           device_cache_path());
+    return r;  // (not kept: a later call may find one)
   }
   std::string why;
   if (auto o = probe_all(bin, why)) {

@@ -42,15 +42,16 @@ struct ProcessOverhead {
 
 // This binary's figures for the current thread count: from the cache (process.json beside
 // devices.json), or probed now (a few seconds) and cached. `refresh` probes even if cached
-// (--recalibrate). In a probe itself (RECKON_PROCESS_PROBE set) nothing is probed: all 0.
+// (--recalibrate). In a probe itself (RECKON_PROCESS_PROBE set) nothing is probed: all 0; nor
+// where no cpu calibration is cached for the probes to take.
 ProcessOverhead process_overhead(bool refresh = false);
 
 // Makes the cpu's calibration (ledger/devices.h) in a child process when device_spec("cpu") would
-// make one here: its buffers (over a GiB for the bandwidth) would otherwise be this process's peak
-// resident memory, which a training run predicts and then measures. One calibration at most: this
-// process then takes the entry the child left as it is, even one made under load (the next command
-// takes that again). Without a reckon binary to run it does nothing (device_spec calibrates in this
-// process, as before).
+// make one here (cpu_calibration_due): its buffers (1.3 GiB of peak on a Xeon) would otherwise be
+// this process's peak resident memory, which a training run and `ledger --measure` predict and
+// then measure. One calibration at most: this process then takes the entry the child left as it
+// is, even one made under load (the next command takes that again). Without a reckon binary to run
+// it does nothing (device_spec calibrates in this process, as before).
 void calibrate_cpu_in_child();
 
 }  // namespace reckon

@@ -789,7 +789,10 @@ TrainResult train(const TrainConfig& in) {
   r.conv_algo_scope.emplace(r.cfg.conv_algo);
   r.augment = parse_augment(r.cfg.augment);
   open_data(r);
-  if (r.cfg.max_memory > 0 && !r.cfg.resume) plan_to_fit(r);
+  if (r.cfg.max_memory > 0 && !r.cfg.resume) {
+    calibrate_cpu_in_child();  // (plan() times on the cpu: not in this run's peak)
+    plan_to_fit(r);
+  }
   build(r);
   const FileMarks marks = restore(r);
   r.ck = io::Checkpoint{};  // restored: its tensors are not held over the run
