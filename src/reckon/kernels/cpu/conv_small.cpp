@@ -109,67 +109,88 @@ __mmask16 tail_mask(int64_t n) {  // the valid lanes of a row's last vector
 // The OB rows share every input load and keep OB * NCH independent sums in registers (one
 // chain of fused multiply-adds would wait on its own latency). Forward rows are output channels;
 // backward-data rows are input channels and walk their taps backwards (step -1).
+// With R = 2 the same for two neighbouring image rows at once: the second reads its input at
+// base + rrs and writes at out + ors, with the same weights, so each weight broadcast feeds
+// 2 * NCH multiply-adds (LeNet-5's backward-data rows are 14 wide, one vector: with R = 1, six
+// sums and seven loads for six multiply-adds).
 struct RowSpec {
   const float* base;
   int64_t planes, ps, rows, rs, taps, step;
   const float* wbase;
   int64_t wos, wps, kws;
+  int64_t rrs = 0;  // R = 2: the second image row's input, from the first's
 };
-template <int NCH, int OB>
-void rows(const RowSpec& spec, const float* init, float* out, int64_t os, int64_t n) {
+template <int NCH, int OB, int R>
+void rows(const RowSpec& spec, const float* init, float* out, int64_t os, int64_t ors, int64_t n) {
   // Locals, not the struct: GCC keeps the sums in registers only when nothing it stores could
   // alias what the loop reads.
   const float* const base = spec.base;
   const float* const wbase = spec.wbase;
   const int64_t planes = spec.planes, ps = spec.ps, nrows = spec.rows, rs = spec.rs, taps = spec.taps;
-  const int64_t step = spec.step, wos = spec.wos, wps = spec.wps, kws = spec.kws;
+  const int64_t step = spec.step, wos = spec.wos, wps = spec.wps, kws = spec.kws, rrs = spec.rrs;
   const __mmask16 last = tail_mask(n);
-  __m512 acc[OB * NCH];
+  __m512 acc[R * OB * NCH];  // [image row][output row][vector]
 #pragma GCC unroll 32
-  for (int i = 0; i < OB * NCH; ++i) acc[i] = _mm512_set1_ps(init ? init[i / NCH] : 0.0f);
+  for (int i = 0; i < R * OB * NCH; ++i) acc[i] = _mm512_set1_ps(init ? init[(i / NCH) % OB] : 0.0f);
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t k = 0; k < nrows; ++k) {
       const float* in = base + p * ps + k * rs;
       const float* wt = wbase + p * wps + k * kws;
       for (int64_t j = 0; j < taps; ++j) {
         const float* v = in + step * j;
-        __m512 x[NCH];
-#pragma GCC unroll 4
-        for (int q = 0; q < NCH; ++q) x[q] = _mm512_maskz_loadu_ps(q == NCH - 1 ? last : __mmask16(0xFFFF), v + 16 * q);
+        __m512 x[R * NCH];
+#pragma GCC unroll 8
+        for (int q = 0; q < R * NCH; ++q)
+          x[q] = _mm512_maskz_loadu_ps(q % NCH == NCH - 1 ? last : __mmask16(0xFFFF), v + (q / NCH) * rrs + 16 * (q % NCH));
 #pragma GCC unroll 8
         for (int o = 0; o < OB; ++o) {
           const __m512 wv = _mm512_set1_ps(wt[o * wos + j]);
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-          for (int q = 0; q < NCH; ++q) acc[o * NCH + q] = _mm512_fmadd_ps(wv, x[q], acc[o * NCH + q]);
+            for (int q = 0; q < NCH; ++q)
+              acc[(r * OB + o) * NCH + q] = _mm512_fmadd_ps(wv, x[r * NCH + q], acc[(r * OB + o) * NCH + q]);
         }
       }
     }
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-  for (int o = 0; o < OB; ++o)
+    for (int o = 0; o < OB; ++o)
 #pragma GCC unroll 4
-    for (int q = 0; q < NCH; ++q)
-      _mm512_mask_storeu_ps(out + o * os + 16 * q, q == NCH - 1 ? last : __mmask16(0xFFFF), acc[o * NCH + q]);
+      for (int q = 0; q < NCH; ++q)
+        _mm512_mask_storeu_ps(out + r * ors + o * os + 16 * q, q == NCH - 1 ? last : __mmask16(0xFFFF),
+                              acc[(r * OB + o) * NCH + q]);
 }
-template <int NCH, int K = (NCH == 1 ? 8 : NCH == 2 ? 6 : 4)>  // at most 24 sums in registers
-void rows_blocked(RowSpec r, const float* init, float* out, int64_t os, int64_t outs, int64_t n) {
+// At most 24 sums in registers: OB rows a call.
+template <int NCH, int R>
+constexpr int kRowsBlock = R == 1 ? (NCH == 1 ? 8 : NCH == 2 ? 6 : 4) : (NCH == 1 ? 8 : NCH == 2 ? 6 : NCH == 3 ? 4 : 3);
+template <int NCH, int R, int K = kRowsBlock<NCH, R>>
+void rows_blocked(RowSpec r, const float* init, float* out, int64_t os, int64_t ors, int64_t outs, int64_t n) {
   if constexpr (K >= 1) {
     for (; outs >= K; outs -= K) {
-      rows<NCH, K>(r, init, out, os, n);
+      rows<NCH, K, R>(r, init, out, os, ors, n);
       r.wbase += K * r.wos;
       out += K * os;
       if (init) init += K;
     }
-    if (outs > 0) rows_blocked<NCH, K - 1>(r, init, out, os, outs, n);
+    if (outs > 0) rows_blocked<NCH, R, K - 1>(r, init, out, os, ors, outs, n);
   }
 }
-// All `outs` rows (see rows()).
-void run_rows(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n) {
+template <int R>
+void run_rows_r(const RowSpec& r, const float* init, float* out, int64_t os, int64_t ors, int64_t outs, int64_t n) {
   switch ((n + 15) / 16) {
-    case 1: return rows_blocked<1>(r, init, out, os, outs, n);
-    case 2: return rows_blocked<2>(r, init, out, os, outs, n);
-    case 3: return rows_blocked<3>(r, init, out, os, outs, n);
-    default: return rows_blocked<4>(r, init, out, os, outs, n);
+    case 1: return rows_blocked<1, R>(r, init, out, os, ors, outs, n);
+    case 2: return rows_blocked<2, R>(r, init, out, os, ors, outs, n);
+    case 3: return rows_blocked<3, R>(r, init, out, os, ors, outs, n);
+    default: return rows_blocked<4, R>(r, init, out, os, ors, outs, n);
   }
+}
+// All `outs` rows (see rows()) of one image row, or of two (pair: r.rrs and ors set).
+void run_rows(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n, bool pair = false,
+              int64_t ors = 0) {
+  if (pair) return run_rows_r<2>(r, init, out, os, ors, outs, n);
+  run_rows_r<1>(r, init, out, os, 0, outs, n);
 }
 
 // For KW neighbouring taps j: acc[j][0:16] += sum over rows k of dy(k)[0:n] * x(k)[j : j + n]
@@ -335,12 +356,14 @@ void image_forward(const Geo& g, const float* xp, const float* pw, const float* 
       row_o_lanes(xp + oh * Wp, Hp, Wp, g.C, g.KH, g.KW, wT, wT + taps * 16, g.O, y + oh * g.WO, plane, g.WO);
     return;
   }
-  for (int64_t oh = 0; oh < g.HO; ++oh) {
-    // Kernel rows kh in [k0, k1] read a row of x (0 <= oh + kh - ph < H), the others its padding.
-    const int64_t k0 = std::max<int64_t>(0, g.ph - oh), k1 = std::min(g.KH - 1, g.H - 1 + g.ph - oh);
+  for (int64_t oh = 0; oh < g.HO; oh += 2) {
+    // Kernel rows kh in [k0, k1] read a row of x (0 <= oh + kh - ph < H), the others its padding
+    // (every kh reads inside xp). Two output rows at a time: the union of their ranges.
+    const bool pair = oh + 1 < g.HO;
+    const int64_t k0 = std::max<int64_t>(0, g.ph - oh - (pair ? 1 : 0)), k1 = std::min(g.KH - 1, g.H - 1 + g.ph - oh);
     RowSpec r{xp + (oh + k0) * Wp, g.C, Hp * Wp, std::max<int64_t>(0, k1 - k0 + 1), Wp, g.KW, 1, pw + k0 * g.KW,
-              g.C * g.KH * g.KW, g.KH * g.KW, g.KW};
-    run_rows(r, pb, y + oh * g.WO, plane, g.O, g.WO);
+              g.C * g.KH * g.KW, g.KH * g.KW, g.KW, Wp};
+    run_rows(r, pb, y + oh * g.WO, plane, g.O, g.WO, pair, g.WO);
   }
 }
 void forward_raw(const Geo& g, const float* px, const float* pw, const float* pb, float* py, float* scratch, int T) {
@@ -475,14 +498,16 @@ void backward_input(KernelCtx& ctx, const Tensor& dy, const Tensor& w, Tensor& d
   for (int64_t n = 0; n < g.N; ++n) {
     float* dp = pads + omp_get_thread_num() * per;
     pad_planes(pdy + n * g.O * g.HO * g.WO, g.O, g.HO, g.WO, dp, Hp, Wp, g.KH - 1, g.KW - 1);
-    for (int64_t ih = 0; ih < g.H; ++ih) {
+    for (int64_t ih = 0; ih < g.H; ih += 2) {
       // tap (kh, kw) reads dypad row ih + ph - kh + KH - 1 from column pw - kw + KW - 1. Only the
       // kernel rows kh in [k0, k1] read a row of dy (0 <= ih + ph - kh < HO); the others would add
-      // the padding's zeros (LeNet-5's conv2: 50 of its 70 row taps are real).
-      const int64_t k0 = std::max<int64_t>(0, ih + g.ph - g.HO + 1), k1 = std::min(g.KH - 1, ih + g.ph);
+      // the padding's zeros (LeNet-5's conv2: 50 of its 70 row taps are real). Two rows at a time
+      // (every kh reads inside dypad): the union of their ranges.
+      const bool pair = ih + 1 < g.H;
+      const int64_t k0 = std::max<int64_t>(0, ih + g.ph - g.HO + 1), k1 = std::min(g.KH - 1, ih + g.ph + (pair ? 1 : 0));
       RowSpec r{dp + (ih + g.ph + g.KH - 1 - k0) * Wp + g.pw + g.KW - 1, g.O, Hp * Wp, std::max<int64_t>(0, k1 - k0 + 1),
-                -Wp, g.KW, -1, pw + k0 * g.KW, g.KH * g.KW, g.C * g.KH * g.KW, g.KW};
-      run_rows(r, nullptr, pdx + (n * g.C * g.H + ih) * g.W, g.H * g.W, g.C, g.W);
+                -Wp, g.KW, -1, pw + k0 * g.KW, g.KH * g.KW, g.C * g.KH * g.KW, g.KW, Wp};
+      run_rows(r, nullptr, pdx + (n * g.C * g.H + ih) * g.W, g.H * g.W, g.C, g.W, pair, g.W);
     }
   }
 }
