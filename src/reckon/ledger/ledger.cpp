@@ -5,6 +5,7 @@
 #include "reckon/ledger/time_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -67,8 +68,9 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   train::parse_activation_layout(cfg.memory_format);  // throws naming --memory-format
-  if (cfg.measure) calibrate_cpu_in_child();  // a calibration's buffers are not the measured step's peak
-  device_spec(cfg.device);  // throws naming the known devices
+  std::string device = cfg.device;
+  for (char& c : device) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (device != "cpu") device_spec(cfg.device);  // throws naming the known devices (the cpu: run_ledger)
 }
 
 void check_sample_shape(const Shape& s) {
@@ -683,6 +685,7 @@ Ledger run_ledger(const std::string& label, nn::Module& model, const Shape& samp
     if (row.scope == "(optimizer)") row.type = cfg.optimizer == "adamw" ? "AdamW" : "SGD";
 
   say("timing: the device catalog (this cpu is calibrated once, then cached)");
+  if (cfg.measure) calibrate_cpu_in_child();  // a calibration's buffers are not the measured step's peak
   const DeviceSpec dev = device_spec(cfg.device), cpu = device_spec("cpu");
   {
     const ProcessOverhead po = process_overhead();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -221,7 +222,8 @@ int64_t ProcessOverhead::bytes_for(const std::vector<std::string>& families, std
 void calibrate_cpu_in_child() {
   const std::string bin = reckon_cli();
   if (bin.empty()) return;
-  if (!cpu_calibration_due()) return;
+  static std::atomic<bool> tried{false};  // once a process: a child that left no entry is not sent again
+  if (!cpu_calibration_due() || tried.exchange(true)) return;
   // One calibration (an entry made under load is taken again by the next command, not at once:
   // the load is most likely still there), which this process then takes as it is. Where the child
   // could not leave an entry (the cache cannot be written), device_spec calibrates in this process.

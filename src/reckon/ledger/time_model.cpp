@@ -19,11 +19,15 @@ namespace reckon {
 
 ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs) {
   if ((op == "matmul" || op == "linear") && ins.size() >= 2 && !outs.empty()) {
-    // y (..., M, N); linear's x (M, K); matmul's a (..., M, K), or (..., K, M) transposed
+    // y (..., M, N); linear's x (M, K); matmul's a (..., M, K), or (..., K, M) transposed. Against
+    // a shared 2-D b the kernel runs one product of all the batch's rows (kernels/cpu/matmul.cpp).
     const Shape &a = ins[0], &y = outs[0];
     if (a.size() < 2 || y.size() < 2) return {};
-    const int64_t m = y[y.size() - 2], n = y.back();
-    const int64_t k = op == "linear" || a[a.size() - 2] == m ? a.back() : a[a.size() - 2];
+    const int64_t m1 = y[y.size() - 2], n = y.back();
+    const int64_t k = op == "linear" || a[a.size() - 2] == m1 ? a.back() : a[a.size() - 2];
+    int64_t m = m1;
+    if (ins[1].size() == 2)
+      for (size_t i = 0; i + 2 < y.size(); ++i) m *= y[i];
     return {std::max<int64_t>(1, std::min({m, n, k})), 0, true};
   }
   const Shape *w = nullptr, *y = nullptr;  // the weight, the output image (dy in backward)
