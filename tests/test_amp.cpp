@@ -13,6 +13,7 @@
 #include "reckon/nn/layers.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/functional.h"
+#include "reckon/ops/matmul.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
 #include "reckon/optim/grad_scaler.h"
@@ -61,7 +62,8 @@ TEST(Autocast, PolicyGivesEachOpItsDtype) {
   Tensor b = rand_tensor({4}, 3).set_requires_grad(true);
   Tensor bn_w = Tensor::ones({4}), bn_b = Tensor::zeros({4});
   Tensor rm = Tensor::zeros({4}), rv = Tensor::ones({4});
-  Tensor fc = rand_tensor({5, 4 * 8 * 8}, 4).set_requires_grad(true);
+  // (257 x 256 weights: not a small linear layer, which the same cpus keep in f32 under bf16)
+  Tensor fc = rand_tensor({257, 4 * 8 * 8}, 4).set_requires_grad(true);
   Tensor y = Tensor::from_vector({1, 3}, {2}, DType::i64);
   for (DType low : {DType::bf16, DType::f16}) {
     Autocast ac(low);
@@ -105,8 +107,9 @@ TEST(Autocast, PolicyGivesEachOpItsDtype) {
 }
 
 TEST(Autocast, WeightCastOncePerForwardAndCacheClearedAtExit) {
-  Tensor x = rand_tensor({2, 8}, 1);
-  Tensor w = rand_tensor({8, 8}, 2).set_requires_grad(true);
+  // (257 x 257 weights: not a small linear layer, which some cpus keep in f32 under bf16)
+  Tensor x = rand_tensor({2, 257}, 1);
+  Tensor w = rand_tensor({257, 257}, 2).set_requires_grad(true);
   std::map<std::string, Seen> seen;
   {
     Autocast ac(DType::bf16);
@@ -219,6 +222,23 @@ TEST(Autocast, NarrowConvStaysF32WhereThisCpusBf16IsSlower) {
   EXPECT_EQ(out_dtype({2, 6, 8, 8}, {17, 6, 3, 3}, {}), DType::bf16);
   EXPECT_EQ(out_dtype({2, 8, 8, 8}, {8, 4, 3, 3}, {.groups = 2}), DType::bf16);
   EXPECT_EQ(narrow_conv_keeps_f32({16, 6, 5, 5}, ConvAttrs{}), slower);
+  // Linear layers of at most kSmallLinearWeights weights likewise (LeNet-5's 400 -> 120), forward
+  // and backward; a larger one runs bf16 everywhere.
+  auto linear_dtypes = [](int64_t in, int64_t out) {
+    Tensor x = rand_tensor({4, in}, 33), w = rand_tensor({out, in}, 34, -0.2, 0.2).set_requires_grad(true);
+    Tensor y;
+    {
+      Autocast ac(DType::bf16);
+      y = linear(x, w, Tensor());
+    }
+    sum(cast(y, DType::f32)).backward();
+    return std::pair{y.dtype(), w.grad().dtype()};
+  };
+  EXPECT_EQ(linear_dtypes(400, 120).first, slower ? DType::f32 : DType::bf16);
+  EXPECT_EQ(linear_dtypes(400, 120).second, DType::f32);  // the master copy's dtype either way
+  EXPECT_EQ(linear_dtypes(512, 129).first, DType::bf16);  // 66,048 weights
+  EXPECT_EQ(small_linear_keeps_f32({120, 400}), slower);
+  EXPECT_FALSE(small_linear_keeps_f32({129, 512}));
 }
 
 TEST(Autocast, F16ComputesInF32AndStoresF16) {

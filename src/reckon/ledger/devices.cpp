@@ -351,8 +351,8 @@ std::string slower_precision_note(const DeviceSpec& d, const std::string& precis
   const double p = precision == "bf16" ? d.bf16_flops : precision == "fp16" ? d.fp16_flops : 0;
   if (p <= 0 || p >= 0.9 * d.fp32_flops) return "";
   return fmt::format("note: {}'s {} peak is {:.0f} GFLOP/s, below its fp32 peak of {:.0f}: {} halves the activations' "
-                     "memory here but computes {:.1f}x slower (autocast keeps narrow convolutions fp32 on such a "
-                     "cpu); fp32 may be the faster run",
+                     "memory here but computes {:.1f}x slower (autocast keeps narrow convolutions and small linear "
+                     "layers fp32 on such a cpu); fp32 may be the faster run",
                      d.name, precision, p / 1e9, d.fp32_flops / 1e9, precision, d.fp32_flops / p);
 }
 

@@ -5,8 +5,9 @@
 //            these run on oneDNN's low-precision kernels where the cpu has them. An op may
 //            keep a call in f32 by its shape (`static bool amp_keeps_f32(in, attrs)`): a
 //            convolution of an image's few channels does (ops/conv.h), where torch.autocast
-//            lowers it; there low precision has nothing to gain. So does a narrow one under
-//            bf16 on a cpu whose bf16 is slower than its f32 (narrow_conv_keeps_f32).
+//            lowers it; there low precision has nothing to gain. So do a narrow one and a
+//            small linear layer under bf16 on a cpu whose bf16 is slower than its f32
+//            (narrow_conv_keeps_f32, small_linear_keeps_f32 in ops/matmul.h).
 //   fp32     losses, softmax, log-softmax, sums, LRN: bf16/f16 inputs are cast to f32.
 //   keep     batch norm, cast: inputs as they come (x in bf16, parameters in f32); the kernel
 //            computes in f32 and writes y in x's dtype.

@@ -4,6 +4,7 @@
 // included (the textbook's formula; the reference kernel counts the same taps).
 #pragma once
 #include <array>
+#include <optional>
 
 #include "reckon/ops/op.h"
 
@@ -69,6 +70,9 @@ bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a)
 // bf16 against 355 f32 on 2 threads, bench/fma_peak.c), or one without AVX512_BF16. Not on AMD's
 // Zen 4 and later (bf16 twice f32) nor on Intel with AMX-BF16. From cpuid: fixed per machine.
 bool cpu_bf16_slower_than_f32();
+// Tests: pins what cpu_bf16_slower_than_f32() answers (nullopt: this cpu's answer again), so that
+// figures frozen on one cpu (tests/test_ledger_golden.cpp) compare on another.
+void pin_cpu_bf16_slower_than_f32(std::optional<bool> slower);
 // Autocast's second exception, to bf16 (fp16 computes in f32 on the cpu anyway): on a cpu whose
 // bf16 is slower than its f32 (cpu_bf16_slower_than_f32), a narrow convolution (groups 1, fewer than 16 input channels, at
 // most 16 outputs: LeNet-5's 6 -> 16) stays f32. Its activations are small, so bf16 saves little

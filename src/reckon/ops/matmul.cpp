@@ -1,9 +1,14 @@
 #include "reckon/ops/matmul.h"
 
+#include "reckon/ops/conv.h"  // cpu_bf16_slower_than_f32
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 
 namespace reckon {
+
+bool small_linear_keeps_f32(const Shape& w) {
+  return w.size() == 2 && shape_numel(w) <= kSmallLinearWeights && cpu_bf16_slower_than_f32();
+}
 
 namespace {
 struct MatDims {

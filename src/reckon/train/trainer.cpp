@@ -31,6 +31,7 @@
 #include "reckon/onnx/import.h"
 #include "reckon/ops/autocast.h"
 #include "reckon/ops/conv.h"
+#include "reckon/ops/matmul.h"
 #include "reckon/optim/factory.h"
 #include "reckon/optim/grad_scaler.h"
 #include "reckon/optim/step.h"
@@ -399,16 +400,18 @@ void print_header(Run& r) {
           kept.push_back(name);
         else if (cfg.precision == "bf16" && narrow_conv_keeps_f32(c->weight.shape(), a))
           narrow.push_back(name);
+      } else if (auto* l = dynamic_cast<nn::Linear*>(mod)) {
+        if (cfg.precision == "bf16" && small_linear_keeps_f32(l->weight.shape())) narrow.push_back(name);
       }
     if (!kept.empty())
       r.show.line(fmt::format("autocast keeps {} in fp32: an image's first layer of at most 3 channels, where {} kernels "
                               "have no channels to fill their vector lanes (and reckon's direct loops run it)",
                               fmt::join(kept, ", "), cfg.precision));
     if (!narrow.empty())
-      r.show.line(fmt::format("autocast keeps {} in fp32: narrow layers (under 16 input channels, at most 16 outputs), "
-                              "and this cpu's bf16 dot products are slower than its f32 FMAs (no AMX), so bf16 would "
-                              "cost time and save little memory",
-                              fmt::join(narrow, ", ")));
+      r.show.line(fmt::format("autocast keeps {} in fp32: narrow layers (convolutions under 16 input channels, at "
+                              "most 16 outputs; linear layers of at most {} weights), and this cpu's bf16 dot products "
+                              "are slower than its f32 FMAs (no AMX), so bf16 would cost time and save little memory",
+                              fmt::join(narrow, ", "), kSmallLinearWeights));
   }
   if (cfg.accum > 1)
     for (auto& [name, mod] : r.model->named_modules())

@@ -17,11 +17,13 @@
 // Images are split over threads; each thread pads its image into its own zeroed buffer, so
 // padding costs no branch. Every buffer comes from the kernel context: the meta device plans it.
 #include <omp.h>
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -42,7 +44,14 @@ bool conv_small_direct_available() {
 #endif
 }
 
+namespace {
+std::atomic<int> g_bf16_slower_pin{-1};  // pin_cpu_bf16_slower_than_f32: -1 none, else 0 or 1
+}  // namespace
+
+void pin_cpu_bf16_slower_than_f32(std::optional<bool> slower) { g_bf16_slower_pin = slower ? int(*slower) : -1; }
+
 bool cpu_bf16_slower_than_f32() {
+  if (const int pin = g_bf16_slower_pin; pin >= 0) return pin == 1;
   static const bool slower = [] {
     // AMX as oneDNN will use it (the kernel must have enabled it, and ONEDNN_MAX_CPU_ISA may cap it).
     if (dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx) return false;
