@@ -238,7 +238,12 @@ TEST(Autocast, NarrowConvStaysF32WhereThisCpusBf16IsSlower) {
   EXPECT_EQ(linear_dtypes(400, 120).second, DType::f32);  // the master copy's dtype either way
   EXPECT_EQ(linear_dtypes(512, 129).first, DType::bf16);  // 66,048 weights
   EXPECT_EQ(small_linear_keeps_f32({120, 400}), slower);
+  EXPECT_EQ(small_linear_keeps_f32({256, 256}), slower);  // 65,536: the bound is kept
   EXPECT_FALSE(small_linear_keeps_f32({129, 512}));
+  {  // fp16 (computed in f32 on the cpu anyway) is not this rule's: the layer stores f16
+    Autocast ac(DType::f16);
+    EXPECT_EQ(linear(rand_tensor({4, 400}, 35), rand_tensor({120, 400}, 36)).dtype(), DType::f16);
+  }
 }
 
 TEST(Autocast, F16ComputesInF32AndStoresF16) {

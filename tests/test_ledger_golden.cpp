@@ -188,6 +188,7 @@ json canonical(const Ledger& l, bool with_rows) {
 json current() {
   // As on the cpu the golden was frozen on (an AMD Zen 4, whose bf16 is the faster): autocast's
   // cpu-dependent exceptions (narrow convolutions, small linear layers) lower nothing.
+  device_spec("cpu");  // calibrated (if due) before the pin: the probe's lines are this cpu's
   pin_cpu_bf16_slower_than_f32(false);
   struct Unpin {
     ~Unpin() { pin_cpu_bf16_slower_than_f32(std::nullopt); }

@@ -26,7 +26,7 @@ ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const s
     const int64_t m1 = y[y.size() - 2], n = y.back();
     const int64_t k = op == "linear" || a[a.size() - 2] == m1 ? a.back() : a[a.size() - 2];
     int64_t m = m1;
-    if (ins[1].size() == 2)
+    if (ins[1].size() == 2 && a.back() == k)  // (a transposed a is not folded: the kernel declines it)
       for (size_t i = 0; i + 2 < y.size(); ++i) m *= y[i];
     return {std::max<int64_t>(1, std::min({m, n, k})), 0, true};
   }
@@ -213,7 +213,9 @@ class WideProbe : public nn::Module {
 };
 
 // Narrow: one grey channel and few filters, as small networks have (reckon's small direct
-// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers. The first layer
+// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers, the first of
+// 108 x 640 weights: over kSmallLinearWeights, so that it runs bf16 on every cpu (ops/matmul.h)
+// and its products at batch 48 and 384 give the broad bf16 lines. The first layer
 // is LeNet-5's, 1 -> 6 with 5x5 filters: the few-channel line is fitted on its 25 taps a row
 // (a 1 -> 8 3x3 layer, amortizing each row's loads over 9, ran at 6-7x its roofline where this one
 // runs at 2.4x, and had timed LeNet-5's first layer at 2.6x its measured time on a Xeon).
@@ -224,8 +226,8 @@ class NarrowProbe : public nn::Module {
         std::make_shared<nn::Conv2d>(1, 6, nn::Size2(5)), std::make_shared<nn::ReLU>(),
         std::make_shared<nn::MaxPool2d>(nn::Size2(2)), std::make_shared<nn::Conv2d>(6, 12, nn::Size2(5)),
         std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(nn::Size2(2)),
-        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(12 * 3 * 3, 100),
-        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(100, 60), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(12 * 3 * 3, 640),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(640, 60), std::make_shared<nn::ReLU>(),
         std::make_shared<nn::Linear>(60, 10)});
     register_module("body", body);
   }

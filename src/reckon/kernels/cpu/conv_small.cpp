@@ -173,7 +173,7 @@ void rows(const RowSpec& spec, const float* init, float* out, int64_t os, int64_
 }
 // At most 24 sums in registers: OB rows a call.
 template <int NCH, int R>
-constexpr int kRowsBlock = R == 1 ? (NCH == 1 ? 8 : NCH == 2 ? 6 : 4) : (NCH == 1 ? 8 : NCH == 2 ? 6 : NCH == 3 ? 4 : 3);
+constexpr int kRowsBlock = R == 1 ? (NCH == 1 ? 8 : NCH == 2 ? 6 : 4) : (NCH == 1 ? 8 : 6);  // R = 2: NCH <= 2
 template <int NCH, int R, int K = kRowsBlock<NCH, R>>
 void rows_blocked(RowSpec r, const float* init, float* out, int64_t os, int64_t ors, int64_t outs, int64_t n) {
   if constexpr (K >= 1) {
@@ -191,15 +191,24 @@ void run_rows_r(const RowSpec& r, const float* init, float* out, int64_t os, int
   switch ((n + 15) / 16) {
     case 1: return rows_blocked<1, R>(r, init, out, os, ors, outs, n);
     case 2: return rows_blocked<2, R>(r, init, out, os, ors, outs, n);
-    case 3: return rows_blocked<3, R>(r, init, out, os, ors, outs, n);
-    default: return rows_blocked<4, R>(r, init, out, os, ors, outs, n);
+    case 3:
+      if constexpr (R == 1) return rows_blocked<3, 1>(r, init, out, os, ors, outs, n);
+      break;
+    default:
+      if constexpr (R == 1) return rows_blocked<4, 1>(r, init, out, os, ors, outs, n);
+      break;
   }
 }
 // All `outs` rows (see rows()) of one image row, or of two (pair: r.rrs and ors set).
+// Rows of 3 or 4 vectors go one image row at a time (two would need more than the 32 registers).
 void run_rows(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n, bool pair = false,
               int64_t ors = 0) {
-  if (pair) return run_rows_r<2>(r, init, out, os, ors, outs, n);
+  if (pair && n <= 32) return run_rows_r<2>(r, init, out, os, ors, outs, n);
   run_rows_r<1>(r, init, out, os, 0, outs, n);
+  if (!pair) return;
+  RowSpec second = r;
+  second.base += r.rrs;
+  run_rows_r<1>(second, init, out + ors, os, 0, outs, n);
 }
 
 // For KW neighbouring taps j: acc[j][0:16] += sum over rows k of dy(k)[0:n] * x(k)[j : j + n]
