@@ -617,9 +617,13 @@ bool cpu_calibration_due() {
   return calibration_due_locked(read_cache());
 }
 
+std::string device_key(const std::string& name) {
+  const std::string key = lower(name);
+  return key == "a100-40gb" ? "a100" : key;
+}
+
 DeviceSpec device_spec(const std::string& name) {
-  std::string key = lower(name);
-  if (key == "a100-40gb") key = "a100";
+  const std::string key = device_key(name);
   if (key == "cpu") {
     std::lock_guard<std::mutex> g(g_cpu_mu);
     if (!g_cpu) {

@@ -95,11 +95,13 @@ std::vector<std::string> device_names();
 // The entry for a key (case-insensitive; "a100-40gb" is "a100"). "cpu" is read from the cache
 // file or calibrated now and cached. Throws naming the known devices for an unknown key.
 DeviceSpec device_spec(const std::string& name);
+// The catalog key a name stands for, as device_spec reads it ("CPU" is "cpu", "a100-40gb" "a100").
+std::string device_key(const std::string& name);
 
 // A calibration during which other processes took more than this share of the CPU time of the
-// cores it ran on is made under load: used, marked in the cache and taken again by the next command,
-// up to kCalibrationAttempts calibrations, after which the least disturbed one stays. The next
-// use is the next command: one command calibrates at most once (see use_cached_cpu_calibration).
+// cores it ran on is made under load: used, marked in the cache and taken again by the next command
+// (one command calibrates at most once: see use_cached_cpu_calibration), up to
+// kCalibrationAttempts calibrations, after which the least disturbed one stays.
 constexpr double kCalibrationBusyShare = 0.10;
 constexpr int kCalibrationAttempts = 3;
 

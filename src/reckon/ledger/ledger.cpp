@@ -5,7 +5,6 @@
 #include "reckon/ledger/time_model.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -68,9 +67,7 @@ void check_config(const LedgerConfig& cfg) {
   RK_CHECK(cfg.measure_steps >= 1, "[ledger] measure_steps must be >= 1, got {}", cfg.measure_steps);
   if (!cfg.conv_algo.empty()) parse_conv_algorithm(cfg.conv_algo, "[ledger] --conv-algo");
   train::parse_activation_layout(cfg.memory_format);  // throws naming --memory-format
-  std::string device = cfg.device;
-  for (char& c : device) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (device != "cpu") device_spec(cfg.device);  // throws naming the known devices (the cpu: run_ledger)
+  if (device_key(cfg.device) != "cpu") device_spec(cfg.device);  // throws naming the known devices (the cpu: run_ledger)
 }
 
 void check_sample_shape(const Shape& s) {

@@ -213,12 +213,13 @@ class WideProbe : public nn::Module {
 };
 
 // Narrow: one grey channel and few filters, as small networks have (reckon's small direct
-// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers, the first of
-// 108 x 640 weights: over kSmallLinearWeights, so that it runs bf16 on every cpu (ops/matmul.h)
-// and its products at batch 48 and 384 give the broad bf16 lines. The first layer
-// is LeNet-5's, 1 -> 6 with 5x5 filters: the few-channel line is fitted on its 25 taps a row
-// (a 1 -> 8 3x3 layer, amortizing each row's loads over 9, ran at 6-7x its roofline where this one
-// runs at 2.4x, and had timed LeNet-5's first layer at 2.6x its measured time on a Xeon).
+// convolutions) on 26x26 images, then max pooling, ReLU and three linear layers.
+// The first convolution is LeNet-5's, 1 -> 6 with 5x5 filters: the few-channel line is fitted on
+// its 25 taps an output (a 1 -> 8 3x3 layer, amortizing each row's loads over 9, ran at 6-7x its
+// roofline where this one runs at 2.4x, and had timed LeNet-5's first layer at 2.6x its measured
+// time on a Xeon). The first linear layer has 108 x 640 weights: over kSmallLinearWeights, so it
+// runs bf16 on every cpu (ops/matmul.h) and its products at batch 48 and 384 give the broad bf16
+// lines.
 class NarrowProbe : public nn::Module {
  public:
   NarrowProbe() : Module("TimeProbe") {

@@ -186,29 +186,26 @@ void rows_blocked(RowSpec r, const float* init, float* out, int64_t os, int64_t 
     if (outs > 0) rows_blocked<NCH, R, K - 1>(r, init, out, os, ors, outs, n);
   }
 }
-template <int R>
-void run_rows_r(const RowSpec& r, const float* init, float* out, int64_t os, int64_t ors, int64_t outs, int64_t n) {
+// All `outs` rows of one image row.
+void one_row(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n) {
   switch ((n + 15) / 16) {
-    case 1: return rows_blocked<1, R>(r, init, out, os, ors, outs, n);
-    case 2: return rows_blocked<2, R>(r, init, out, os, ors, outs, n);
-    case 3:
-      if constexpr (R == 1) return rows_blocked<3, 1>(r, init, out, os, ors, outs, n);
-      break;
-    default:
-      if constexpr (R == 1) return rows_blocked<4, 1>(r, init, out, os, ors, outs, n);
-      break;
+    case 1: return rows_blocked<1, 1>(r, init, out, os, 0, outs, n);
+    case 2: return rows_blocked<2, 1>(r, init, out, os, 0, outs, n);
+    case 3: return rows_blocked<3, 1>(r, init, out, os, 0, outs, n);
+    default: return rows_blocked<4, 1>(r, init, out, os, 0, outs, n);
   }
 }
-// All `outs` rows (see rows()) of one image row, or of two (pair: r.rrs and ors set).
-// Rows of 3 or 4 vectors go one image row at a time (two would need more than the 32 registers).
+// All `outs` rows (see rows()) of one image row, or of two (pair: r.rrs and ors set). Rows of 3
+// or 4 vectors go one image row at a time (two would need more than the 32 registers).
 void run_rows(const RowSpec& r, const float* init, float* out, int64_t os, int64_t outs, int64_t n, bool pair = false,
               int64_t ors = 0) {
-  if (pair && n <= 32) return run_rows_r<2>(r, init, out, os, ors, outs, n);
-  run_rows_r<1>(r, init, out, os, 0, outs, n);
+  if (pair && n <= 16) return rows_blocked<1, 2>(r, init, out, os, ors, outs, n);
+  if (pair && n <= 32) return rows_blocked<2, 2>(r, init, out, os, ors, outs, n);
+  one_row(r, init, out, os, outs, n);
   if (!pair) return;
   RowSpec second = r;
   second.base += r.rrs;
-  run_rows_r<1>(second, init, out + ors, os, 0, outs, n);
+  one_row(second, init, out + ors, os, outs, n);
 }
 
 // For KW neighbouring taps j: acc[j][0:16] += sum over rows k of dy(k)[0:n] * x(k)[j : j + n]
