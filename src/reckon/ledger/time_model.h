@@ -4,7 +4,7 @@
 // bandwidth (its kernel makes several passes, or gathers), and a small op pays an OpenMP fork and
 // join, not the 1-element op's fixed cost. So each op family gets its own line,
 //     time = fixed_s + scale x roofline,
-// fitted (least squares weighted by 1 / time) on a probe: two small training networks of their
+// fitted (to the least relative error) on a probe: two small training networks of their
 // own (not zoo models) whose steps are timed op by op, at three sizes each, fp32 with SGD
 // (momentum 0.9, the ledger's default) and bf16 with AdamW, on this machine at this thread count,
 // when the cpu is calibrated (devices.h; about 3 s). A family is the op, the implementation its kernel chose ("conv2d |
@@ -85,10 +85,14 @@ struct FamilySample {
   ConvShape shape;
   double roofline_s = 0, measured_s = 0;
 };
-// The line through a family's samples: least squares weighted by 1 / time (between absolute
-// errors, where the long ops decide the slope, and relative ones, where the many short ops decide
-// the fixed cost), with the fixed
-// cost kept >= 0 and the scale within [kMinFamilyScale, kMaxFamilyScale] (a family measured only
+// The line through a family's samples of least relative error, sum |measured - line| / measured:
+// every sample counts by its share of its own time, as the ledger's errors are judged, and a few
+// calls that paid for something else (the time from the previous op's record includes what ran
+// between the two, such as freeing a large block) move it less than a squared error would. (Least
+// squares weighted by 1 / time, before calibration format 15, took the probe's fp32 ReLUs' fixed
+// cost as 12 us where most of its small calls took 4-8; LeNet-5 at batch 8 was predicted 30-47%
+// over its step, 5-15% after, on an Intel Xeon.) The fixed
+// cost is kept >= 0 and the scale within [kMinFamilyScale, kMaxFamilyScale] (a family measured only
 // inside the caches would otherwise be extrapolated to large tensors at a speed no memory gives,
 // one measured only at tiny sizes at a slope no kernel has). With roofline times within a factor
 // kMinFamilySpread of each other a slope is noise: where the roofline is at least ten times the
