@@ -16,13 +16,24 @@
 
 namespace reckon::fuzz {
 
-// A private scratch directory for this process (tmpfs when there is one), made once.
+// A private scratch directory for this process (tmpfs when there is one), made once and removed
+// at exit (a run that crashes leaves it, beside its finding). Without the removal every fuzzing
+// run of the tests left one in /dev/shm.
 inline const std::filesystem::path& scratch() {
+  // The path for the exit handler, in storage that no destructor runs on before it.
+  static char made[4096];
   static const std::filesystem::path d = [] {
     namespace fs = std::filesystem;
     fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
     fs::path p = base / ("reckon_fuzz_" + std::to_string(::getpid()));
     fs::create_directories(p);
+    if (p.native().size() < sizeof made) {
+      std::snprintf(made, sizeof made, "%s", p.c_str());
+      std::atexit([] {
+        std::error_code ec;
+        std::filesystem::remove_all(made, ec);
+      });
+    }
     return p;
   }();
   return d;

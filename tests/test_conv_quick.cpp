@@ -215,6 +215,37 @@ TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
   }
 }
 
+// The small kernels say what share of their vector lanes they fill, which the ledger's roofline
+// divides the FLOPs by (KernelCtx::lane_use): LeNet-5's conv2 (10-wide output rows, 16 outputs)
+// fills every lane forward and in the weight gradient (the output channels in the lanes) and 10
+// of 16 in backward data (rows of 14 in one vector, 10 taps' worth of work); conv1 (rows of 28 in
+// two vectors) 28 of 32. oneDNN's kernels (all of them without AVX-512) report 1.
+TEST(ConvSmallDirect, RecordsTheShareOfTheLanesItFills) {
+  const bool small = conv_small_direct_available();
+  struct Case {
+    Shape x, w;
+    int64_t pad;
+    double fwd, bwd_data, bwd_weight;
+  };
+  for (const Case& c : {Case{{2, 6, 14, 14}, {16, 6, 5, 5}, 0, 1.0, 10.0 / 16, 1.0},
+                        Case{{2, 1, 28, 28}, {6, 1, 5, 5}, 2, 28.0 / 32, 28.0 / 32, 28.0 / 32},
+                        Case{{2, 32, 14, 14}, {32, 32, 3, 3}, 1, 1.0, 1.0, 1.0}}) {  // oneDNN
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    ConvAttrs ca{{1, 1}, {c.pad, c.pad}, {1, 1}, 1};
+    Tensor x = Tensor::empty(c.x), w = Tensor::empty(c.w);
+    fill_uniform_(x, -1, 1);
+    fill_uniform_(w, -1, 1);
+    std::map<std::string, double> use;
+    ObserveOps obs([&](const OpRecord& r) { use[std::string(r.op)] = r.lane_use; });
+    Tensor y = call1<Conv2d>({x, w, Tensor()}, ca);
+    call1<Conv2dBackwardInput>({y, w}, {ca, x.shape()});
+    call<Conv2dBackwardWeight>({y, x}, {ca, w.shape(), false});
+    EXPECT_DOUBLE_EQ(use.at("conv2d"), small ? c.fwd : 1.0);
+    EXPECT_DOUBLE_EQ(use.at("conv2d_backward_input"), small ? c.bwd_data : 1.0);
+    EXPECT_DOUBLE_EQ(use.at("conv2d_backward_weight"), small ? c.bwd_weight : 1.0);
+  }
+}
+
 // A convolution's backward reorders dy into oneDNN's blocked layout once for both passes
 // (ShareConversions, ops/op.h): backward-weights asks for less workspace when backward-data ran
 // first in the same backward, and the gradients are the same as when each pass runs alone.

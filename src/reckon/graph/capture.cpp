@@ -84,6 +84,7 @@ struct Capture::State {
     n.kernel = std::string(r.kernel);
     n.impl = r.impl;
     n.algo = r.algo;
+    n.lane_use = r.lane_use;
     n.workspace_bytes = r.workspace_bytes;
     n.saved_bytes = r.saved_bytes;
     const int node_index = int(g.nodes.size());

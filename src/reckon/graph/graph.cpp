@@ -174,6 +174,7 @@ std::string Graph::to_json() const {
               {"kernel", n.kernel},
               {"impl", n.impl},
               {"algo", algo_name(n.algo)},
+              {"lane_use", n.lane_use},
               {"workspace_bytes", n.workspace_bytes},
               {"saved_bytes", n.saved_bytes}};
     ns.push_back(std::move(x));
@@ -224,6 +225,7 @@ Graph Graph::from_json(const std::string& text) {
       n.kernel = x.at("kernel").get<std::string>();
       n.impl = x.at("impl").get<std::string>();
       n.algo = parse_algo(x.at("algo").get<std::string>());
+      n.lane_use = x.value("lane_use", 1.0);  // (absent from files written before it)
       n.workspace_bytes = x.at("workspace_bytes").get<int64_t>();
       n.saved_bytes = x.at("saved_bytes").get<int64_t>();
       g.nodes.push_back(std::move(n));

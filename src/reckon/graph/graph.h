@@ -49,6 +49,7 @@ struct Node {
   std::string kernel;             // the kernel that ran or planned ("cpu", "plan", "none", ...)
   std::string impl;               // the implementation it chose, if it said
   KernelAlgo algo = KernelAlgo::none;
+  double lane_use = 1.0;          // the share of the vector lanes its kernel filled (KernelCtx::lane_use)
   int64_t workspace_bytes = 0;
   int64_t saved_bytes = 0;        // bytes newly kept for backward by its node
   std::string_view op_name() const;

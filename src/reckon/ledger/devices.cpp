@@ -114,7 +114,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 15;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 16;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -128,7 +128,9 @@ constexpr int kCalibrationFormat = 15;  // 4-6: the op families (time_model.h; 5
                                         // direct convolution two rows a call, small linear
                                         // layers f32 under bf16 on some cpus, a broad probe
                                         // linear layer over that size; 15: the lines fitted
-                                        // to the least relative error, not least squares)
+                                        // to the least relative error, not least squares;
+                                        // 16: the small direct convolutions' work counted in
+                                        // the lanes they issue, KernelCtx::lane_use)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.

@@ -134,6 +134,7 @@ struct LedgerOp {
   bool backward() const { return phase == Phase::backward || phase == Phase::recompute; }
   Cost cost;
   KernelAlgo algo = KernelAlgo::none;
+  double lane_use = 1.0;
   std::string_view kernel;
   std::string_view impl;  // the implementation the kernel chose, if it said (oneDNN's name)
   std::vector<DType> in_dtypes;
@@ -166,6 +167,7 @@ LedgerOp ledger_op_common(const R& r, int op, std::string_view name, bool in_bac
   o.phase = r.phase;
   o.cost = r.cost;
   o.algo = r.algo;
+  o.lane_use = r.lane_use;
   o.kernel = r.kernel;
   o.impl = r.impl;
   o.workspace_bytes = r.workspace_bytes;
@@ -469,7 +471,7 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
 }
 
 // The FLOPs an op costs on a device (time_model.h: Winograd discounted on the calibrated cpu).
-double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(dev, r.cost, r.algo); }
+double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(dev, r.cost, r.algo, r.lane_use); }
 
 // An op's time on a device by the time model (time_model.h): its family's line over the roofline.
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {

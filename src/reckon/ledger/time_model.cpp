@@ -85,9 +85,11 @@ std::string compute_precision(std::span<const DType> inputs) {
   return "fp32";
 }
 
-double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo) {
-  const double f = double(2 * c.macs + c.flops);
-  return d.name == "cpu" && algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use) {
+  double f = double(2 * c.macs + c.flops);
+  if (d.name != "cpu") return f;
+  if (lane_use > 0 && lane_use < 1) f /= lane_use;
+  return algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
 }
 
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision) {
@@ -315,7 +317,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           s.impl = r.impl;
           s.precision = compute_precision(r.in_dtypes);
           s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
-          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo),
+          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo, r.lane_use),
                                     double(r.cost.bytes_read + r.cost.bytes_written), s.precision);
           samples.push_back(std::move(s));
           best.push_back(1e30);

@@ -38,9 +38,11 @@ struct ConvShape {
 ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const std::vector<Shape>& outs);
 // The precision an op computes in, for its peak: bf16 or fp16 when an input is, else fp32.
 std::string compute_precision(std::span<const DType> inputs);
-// The FLOPs an op costs on a device: 2 x MACs + other FLOPs, except that a convolution whose cpu
-// kernel chose Winograd runs its direct FLOPs winograd_speedup times faster on the calibrated cpu.
-double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo);
+// The FLOPs an op costs on a device: 2 x MACs + other FLOPs, except on the cpu, where a
+// convolution whose kernel chose Winograd runs its direct FLOPs winograd_speedup times faster, and
+// a kernel that fills only lane_use of its vectors' lanes (KernelCtx::lane_use) issues FLOPs /
+// lane_use.
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0);
 // max(flops / peak, bytes / bandwidth), the bandwidth at that many bytes (DeviceSpec::bandwidth_at).
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
 

@@ -335,6 +335,7 @@ void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<co
       if (observing_ops()) {
         run.impl = ctx.impl();
         run.algo = ctx.algo();
+        run.lane_use = ctx.lane_use();
       }
       return;
     }
@@ -361,6 +362,7 @@ void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<co
       run.workspace_bytes = ctx.workspace_bytes();
       run.impl = ctx.impl();
       run.algo = ctx.algo();
+      run.lane_use = ctx.lane_use();
       return;
     }
     case Device::cuda: {
@@ -415,6 +417,7 @@ void report(int id, std::string_view op, const void* attrs, const Cost& cost, Ke
   r.aliases = aliases;
   if (autocast_active()) r.autocast = autocast_state().dtype;
   r.algo = run.algo;
+  r.lane_use = run.lane_use;
   r.out_tag = out_tag;
   r.cost = cost;
   r.kernel = run.kernel;

@@ -64,6 +64,7 @@ struct KernelRun {
   int64_t workspace_bytes = 0;
   std::string impl;
   KernelAlgo algo = KernelAlgo::none;
+  double lane_use = 1.0;
 };
 // Runs op `id`'s kernels from the table on device dev (dense inputs, allocated outputs).
 void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> in, std::span<Tensor> out,

@@ -157,6 +157,12 @@ class KernelCtx {
   }
   const std::string& impl() const { return impl_; }
   KernelAlgo algo() const { return algo_; }
+  // The share of the vector lanes the kernel's multiply-adds fill, where rows shorter than a
+  // vector leave some idle (reckon's small direct convolutions: LeNet-5's 10-wide rows in 16
+  // lanes, 0.625). The ledger times the work issued, the op's FLOPs / lane_use, so that one
+  // line per family holds for layers of other widths.
+  void note_lane_use(double share) { lane_use_ = share; }
+  double lane_use() const { return lane_use_; }
   // Elements of T per thread in a scratch buffer split between threads: n rounded up to whole
   // 64-byte cache lines (scratch is 64-byte aligned), so that no two threads write one line.
   // Without it, 2 threads each summing rows of 6 floats into neighbouring slices took 10x longer.
@@ -176,6 +182,7 @@ class KernelCtx {
  private:
   Mode mode_ = Mode::run;
   KernelAlgo algo_ = KernelAlgo::none;
+  double lane_use_ = 1.0;
   std::string impl_;
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
@@ -236,6 +243,7 @@ struct OpRecord {
   uint32_t aliases = 0;     // bit i: output i is an input written in place
   DType autocast = DType::f32;  // the autocast dtype applied to the call (f32: none)
   KernelAlgo algo = KernelAlgo::none;
+  double lane_use = 1.0;        // KernelCtx::lane_use
   Tag out_tag = Tag::temporary; // the tag the outputs were allocated under
   Cost cost;
   std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)

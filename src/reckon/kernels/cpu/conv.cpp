@@ -199,6 +199,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), w.shape(), a, x.dtype())) {
     ran(ctx, conv_small::output_channel_lanes(w.shape()) ? kSmallDirectOutputLanes : kSmallDirect, "fwd");
+    ctx.note_lane_use(conv_small::forward_lane_use(x.shape(), w.shape(), a));
     conv_small::forward(ctx, x, w, bias ? &in[2] : nullptr, y, a);
     return Support::yes();
   }
@@ -241,6 +242,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
     ran(ctx, kSmallDirect, "bwd_data");
+    ctx.note_lane_use(conv_small::backward_input_lane_use(a.x_shape, w.shape(), a.conv));
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
     return Support::yes();
   }
@@ -287,6 +289,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(x.shape(), a.w_shape, a.conv, dy.dtype())) {
     ran(ctx, conv_small::output_channel_lanes(a.w_shape) ? kSmallDirectOutputLanes : kSmallDirect, "bwd_weights");
+    ctx.note_lane_use(conv_small::backward_weight_lane_use(x.shape(), a.w_shape, a.conv));
     conv_small::backward_weight(ctx, dy, x, dw, a.with_bias ? &out[1] : nullptr, a.conv);
     return Support::yes();
   }

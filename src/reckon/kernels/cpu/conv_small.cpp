@@ -88,6 +88,22 @@ bool first_layer(const Shape& x, const Shape& w, const ConvAttrs& a) {
   return applies(x, w, a, DType::f32) && few_channel_first_layer(x, w, a);
 }
 
+namespace {
+double in_vectors(int64_t useful, int64_t n) { return n > 0 ? double(useful) / double(16 * ((n + 15) / 16)) : 1.0; }
+int64_t out_width(const Shape& x, const Shape& w, const ConvAttrs& a) { return x[3] + 2 * a.padding[1] - w[3] + 1; }
+}  // namespace
+double forward_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  if (output_channel_lanes(w)) return in_vectors(w[0], w[0]);
+  const int64_t wo = out_width(x, w, a);
+  return in_vectors(wo, wo);
+}
+double backward_input_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  return in_vectors(out_width(x, w, a), x[3]);
+}
+double backward_weight_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  return output_channel_lanes(w) ? forward_lane_use(x, w, a) : in_vectors(out_width(x, w, a), out_width(x, w, a));
+}
+
 #if defined(__AVX512F__)
 namespace {
 struct Geo {

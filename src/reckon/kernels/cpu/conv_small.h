@@ -16,6 +16,16 @@ bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t);
 constexpr int64_t kOutputLanesMin = 12;
 inline bool output_channel_lanes(const Shape& w) { return w.size() == 4 && w[0] >= kOutputLanesMin; }
 
+// The share of the 16 vector lanes each pass's multiply-adds fill (KernelCtx::note_lane_use):
+// rows of the output (forward, backward weight: WO values in ceil(WO / 16) vectors), of dx
+// (backward data: every kernel row that reaches it, WO taps' worth of work in a row of W), or
+// the output channels (the o_lanes passes: O of 16). LeNet-5's conv2: forward and backward
+// weight 16 of 16, backward data 10 of 16; the probe's 6 -> 12 layer on 11 x 11 images 12 of
+// 16 and 7 of 16, so one line per family no longer carries the lanes a layer's width idles.
+double forward_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
+double backward_input_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
+double backward_weight_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
+
 void forward(KernelCtx& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const ConvAttrs& a);
 // The same with its scratch given (what the inference engine plans in its arena): bytes from
 // forward_scratch_bytes for at most `threads` threads, any content.
