@@ -710,6 +710,11 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   f = fit_family(outliers, 1e-6);
   EXPECT_NEAR(f.fixed_s, 4e-6, 1e-9);
   EXPECT_NEAR(f.scale, 1.5, 1e-6);
+  // The optimum at a corner of the bounds, through no sample: a call at a quarter of its roofline
+  // (inside the caches) beside one at its roofline give no fixed cost and the floor's slope.
+  f = fit_family({sample(4.01e-5, 1e-5), sample(1e-3, 1e-3)}, 1e-6);
+  EXPECT_DOUBLE_EQ(f.fixed_s, 0.0);
+  EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);
   // A slope below the floor (the samples sat in the caches): the floor, the fixed cost refitted.
   f = fit_family({sample(1e-5, 30e-6), sample(1e-4, 40e-6)}, 1e-6);
   EXPECT_DOUBLE_EQ(f.scale, kMinFamilyScale);

@@ -467,7 +467,7 @@ struct Engine::Impl {
 
   // A direct step: fn on plain tensors (ins made readable so, -1 for none), one plain output, with
   // scratch_bytes of the arena (known now: the same size function the kernel's eager call asks).
-  void add_direct(const Node& n, std::string op, std::vector<int> ins, int y, int64_t scratch_bytes,
+  void add_direct(const Node& n, std::string op, std::vector<int> ins, int y, int64_t scratch_bytes, double lane_use,
                   std::function<void(std::span<const Tensor>, std::span<Tensor>, void*)> fn) {
     for (int& ev : ins)
       if (ev >= 0) {
@@ -480,6 +480,7 @@ struct Engine::Impl {
     s.outs = {y};
     s.direct = std::move(fn);
     s.info.impl = "reckon direct (few channels)";
+    s.info.lane_use = lane_use;
     add_scratch(s, scratch_bytes);
     set_out(n, y);
   }
@@ -497,7 +498,7 @@ struct Engine::Impl {
     if (b >= 0) op += "+bias";
     if (!post.empty()) op += "+" + post_ops_str(post);
     add_direct(n, op, {ev_of(x), ev_of(w), b >= 0 ? ev_of(b) : -1, r >= 0 ? ev_of(r) : -1}, y,
-               conv_small::forward_scratch_bytes(xs, ws, ys, a, T),
+               conv_small::forward_scratch_bytes(xs, ws, ys, a, T), conv_small::forward_lane_use(xs, ws, a),
                [a, post, T](std::span<const Tensor> in, std::span<Tensor> out, void* scratch) {
                  conv_small::forward(in[0], in[1], in[2].defined() ? &in[2] : nullptr, out[0], a, scratch, T);
                  if (post.empty()) return;
@@ -526,6 +527,7 @@ struct Engine::Impl {
       if (!a.q.post.empty()) op += "+" + post_ops_str(a.q.post);
       add_direct(n, op, {ev_of(x), ev_of(w), b >= 0 ? ev_of(b) : -1, r >= 0 ? ev_of(r) : -1}, y,
                  conv_small::forward_int8_scratch_bytes(xs, ws, ys, a.conv, T),
+                 conv_small::forward_lane_use(xs, ws, a.conv),
                  [a, T](std::span<const Tensor> in, std::span<Tensor> out, void* scratch) {
                    conv_small::forward_int8(in[0], in[1], in[2].defined() ? &in[2] : nullptr,
                                             in[3].defined() ? &in[3] : nullptr, out[0], a, scratch, T);

@@ -50,6 +50,7 @@ struct StepInfo {
   int64_t out_bytes = 0;
   int64_t scratch_bytes = 0;  // its primitive's scratchpad (a buffer of the arena)
   std::string impl;           // the implementation oneDNN chose, or the kernel that runs
+  double lane_use = 1.0;      // the share of the vector lanes it fills (KernelCtx::lane_use; reckon's direct loops)
   bool in_place = false;      // writes its output over an input that dies here
   bool reorder_between_convs = false;  // a reorder whose input a convolution made and a convolution reads
 };

@@ -114,9 +114,11 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     double flops = double(2 * s.cost.macs + s.cost.flops);
     if (s.impl.find("wino") != std::string::npos && l.device.winograd_speedup > 0)
       flops = double(2 * s.cost.macs) / l.device.winograd_speedup + double(s.cost.flops);
+    if (s.lane_use > 0 && s.lane_use < 1) flops /= s.lane_use;  // the lanes it issues (KernelCtx::lane_use)
     r.flops = double(2 * s.cost.macs + s.cost.flops);
     // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
-    const bool on_int8 = int8 && s.op.find("int8") != std::string::npos;
+    // reckon's direct loops compute an int8 first layer in f32 (exact integers): at the fp32 peak.
+    const bool on_int8 = int8 && s.op.find("int8") != std::string::npos && s.kind != "direct";
     const double tc = on_int8 ? double(2 * s.cost.macs) / peak8 + double(s.cost.flops) / peak : flops / peak;
     const double tm = double(s.bytes_moved) / l.device.bandwidth_at(double(s.bytes_moved));
     r.predicted_s = std::max(tc, tm) + l.step_overhead_s;

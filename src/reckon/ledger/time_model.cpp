@@ -166,9 +166,9 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
     a = std::max(0.0, my - b * mx);
   }
   // Then the line of least relative error, sum |t - a - b x| / t. Its optimum lies where the
-  // constraints and the samples meet: through two samples, or through one with a = 0 or b at a
-  // bound; every such line within the bounds is tried (n^3 / 2 sums, under 0.1 s for the
-  // largest family, 231 optimizer updates).
+  // constraints and the samples meet: through two samples, through one with a = 0 or b at a
+  // bound, or at a = 0 with b at a bound; every such line within the bounds is tried (n^3 / 2
+  // sums, under 0.1 s for the largest family, 231 optimizer updates).
   auto rel_error = [&](double fa, double fb) {
     double e = 0;
     for (const auto& s : samples) e += std::abs(s.measured_s - fa - fb * s.roofline_s) / std::max(s.measured_s, 1e-12);
@@ -179,6 +179,8 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
     if (!(fa >= 0) || !(fb >= kMinFamilyScale) || !(fb <= kMaxFamilyScale)) return;
     if (const double e = rel_error(fa, fb); e < best) best = e, a = fa, b = fb;
   };
+  consider(0, kMinFamilyScale);
+  consider(0, kMaxFamilyScale);
   for (size_t i = 0; i < samples.size(); ++i) {
     const FamilySample& p = samples[i];
     if (p.roofline_s > 0) consider(0, p.measured_s / p.roofline_s);

@@ -321,6 +321,7 @@ Support Conv2dInt8::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Te
     const int T = omp_get_max_threads();
     const Tensor s = ctx.workspace(conv_small::forward_int8_scratch_bytes(x.shape(), w.shape(), y.shape(), a.conv, T));
     ctx.note_impl("reckon direct (few channels)");
+    ctx.note_lane_use(conv_small::forward_lane_use(x.shape(), w.shape(), a.conv));
     if (!ctx.planning())
       conv_small::forward_int8(x, w, in.size() > 2 && in[2].defined() ? &in[2] : nullptr,
                                in.size() > 3 && in[3].defined() ? &in[3] : nullptr, y, a, s.raw_data(), T);
