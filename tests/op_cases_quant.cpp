@@ -123,6 +123,10 @@ Register reg[] = {
     Register({"pool2d_int8", "max 2x2 s2 s8, odd sizes",
               [](DType, Generator& g) { return V{rnd_int({2, 5, 13, 41}, DType::i8, g, -128, 127)}; },
               runner<Pool2dInt8>({{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, "max"}), false, {}, {}}),
+    // rows of 75 outputs: two full steps of the AVX-512 loop (32 a step) and a tail of 11
+    Register({"pool2d_int8", "max 2x2 s2 u8, rows of 75",
+              [](DType, Generator& g) { return V{rnd_int({2, 3, 6, 151}, DType::u8, g, 0, 255)}; },
+              runner<Pool2dInt8>({{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, "max"}), false, {}, {}}),
     Register({"pool2d_int8", "avg 2x2 s2 s8, ties rounded to even",
               [](DType, Generator& g) { return V{rnd_int({1, 4, 6, 6}, DType::i8, g, -128, 127)}; },
               runner<Pool2dInt8>({{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, "avg"}), false, {}, {}}),

@@ -10,7 +10,9 @@
 
 #include <omp.h>
 
+#include <immintrin.h>
 #include <limits>
+#include <type_traits>
 
 #include "reckon/ops/op_list.h"
 
@@ -280,8 +282,11 @@ Support AddInt8::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> o
   return Support::yes();
 }
 
-// pool2d_int8's 2x2/2 max windows on NCHW planes, threads over planes, one loop over a row of
-// outputs (it vectorises); other windows are the reference kernel's.
+// pool2d_int8's 2x2/2 max windows on NCHW planes, threads over planes, a row of outputs at a time:
+// on AVX-512 32 outputs a step (the two input rows' maximum, then each byte pair's in 16-bit lanes,
+// narrowed back), elsewhere a loop over the row; other windows are the reference kernel's. (GCC left
+// the portable loop's stride-2 byte loads scalar: 138 us of LeNet-5's int8 step at batch 256 on a
+// Xeon, 5 of its 12 steps' bytes.)
 namespace {
 bool pool_2x2(const QuantPoolAttrs& a, const Shape& x, const Shape& y) {
   const PoolAttrs& p = a.pool;
@@ -297,7 +302,24 @@ void max_pool_2x2_planes(const Q* px, Q* py, int64_t planes, int64_t H, int64_t 
       const Q* __restrict r0 = px + (pl * H + 2 * oh) * W;
       const Q* __restrict r1 = r0 + W;
       Q* __restrict yr = py + (pl * HO + oh) * WO;
-      for (int64_t ow = 0; ow < WO; ++ow)
+      int64_t ow = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+      for (; ow < WO; ow += 32) {
+        const int64_t k = std::min<int64_t>(32, WO - ow);
+        const __mmask64 in_mask = _bzhi_u64(~0ULL, unsigned(2 * k));
+        const __m512i a = _mm512_maskz_loadu_epi8(in_mask, r0 + 2 * ow), b = _mm512_maskz_loadu_epi8(in_mask, r1 + 2 * ow);
+        __m512i m;
+        if constexpr (std::is_signed_v<Q>) {  // each byte of a pair sign-extended to 16 bits
+          const __m512i v = _mm512_max_epi8(a, b);
+          m = _mm512_max_epi16(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), _mm512_srai_epi16(v, 8));
+        } else {
+          const __m512i v = _mm512_max_epu8(a, b);
+          m = _mm512_max_epu16(_mm512_and_si512(v, _mm512_set1_epi16(0xff)), _mm512_srli_epi16(v, 8));
+        }
+        _mm256_mask_storeu_epi8(yr + ow, __mmask32(_bzhi_u32(~0u, unsigned(k))), _mm512_cvtepi16_epi8(m));
+      }
+#endif
+      for (; ow < WO; ++ow)
         yr[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]), std::max(r1[2 * ow], r1[2 * ow + 1]));
     }
 }
