@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "reckon/ledger/devices.h"
+#include "reckon/ledger/inference.h"
 #include "reckon/ledger/ledger.h"
 #include "reckon/ledger/process.h"
 #include "reckon/ledger/time_model.h"
@@ -857,6 +858,35 @@ TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
         double rows_s = 0;
         for (const auto& r : l.rows) rows_s += r.cpu_time_s;
         EXPECT_NEAR(rows_s, t->step_s, 1e-9 * t->step_s);
+      }
+}
+
+// The deployment ledger times every step of the zoo's inference programs, fp32 and int8, by a
+// line calibrated on the engine's own probe (engine_step_families), none by the bare roofline;
+// a line's time is fixed + scale x roofline, at least the part its fixed cost is.
+TEST(TimeModel, EveryEngineStepOfTheZoosInferenceHasACalibratedLine) {
+  struct Case {
+    const char* model;
+    Shape input;
+  };
+  for (const Case& c : {Case{"lenet5", {}}, Case{"tinycnn", {}}, Case{"resnet18_cifar", {}},
+                        Case{"mobilenet_v2", {3, 64, 64}}, Case{"alexnet_tv", {}}})
+    for (const char* precision : {"fp32", "int8"})
+      for (int64_t batch : {1, 16}) {
+        SCOPED_TRACE(fmt::format("{} {} {} batch {}", c.model, shape_str(c.input), precision, batch));
+        InferenceConfig cfg;
+        cfg.batch = batch;
+        cfg.input = c.input;
+        cfg.precision = precision;
+        const InferenceLedger l = inference_ledger(c.model, cfg);
+        ASSERT_FALSE(l.rows.empty());
+        double sum = 0;
+        for (const InferenceRow& r : l.rows) {
+          EXPECT_FALSE(r.line.empty()) << r.step.op << " (" << r.step.impl << ")";
+          EXPECT_GT(r.predicted_s, 0.0);
+          sum += r.predicted_s;
+        }
+        EXPECT_NEAR(sum, l.predicted_s, 1e-9 * l.predicted_s);
       }
 }
 

@@ -24,6 +24,7 @@
 #include "reckon/core/cpu_load.h"
 #include "reckon/core/cuda.h"
 #include "reckon/ledger/time_model.h"
+#include "reckon/ledger/inference.h"
 #include "reckon/engine/engine.h"
 #include "reckon/nn/module.h"
 #include "reckon/onnx/export.h"
@@ -114,7 +115,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 16;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 17;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -130,7 +131,8 @@ constexpr int kCalibrationFormat = 16;  // 4-6: the op families (time_model.h; 5
                                         // linear layer over that size; 15: the lines fitted
                                         // to the least relative error, not least squares;
                                         // 16: the small direct convolutions' work counted in
-                                        // the lanes they issue, KernelCtx::lane_use)
+                                        // the lanes they issue, KernelCtx::lane_use; 17: the
+                                        // inference engine's steps probed, their own lines)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
@@ -570,6 +572,11 @@ DeviceSpec calibrate_cpu() {
     // against the peaks and bandwidth just measured.
     EnableGrad grad;
     d.op_families = calibrate_op_families(d);
+  }
+  {
+    // The deployment ledger's lines per engine step family: the same probe networks compiled by
+    // the inference engine in fp32 and int8 (inference.h).
+    for (auto& [k, f] : calibrate_engine_families(d)) d.op_families[k] = f;
   }
   host_memory_restart(Device::cpu);  // the calibration's blocks go back to the system
   d.others_cpu_share = others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads);

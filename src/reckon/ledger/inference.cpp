@@ -44,6 +44,96 @@ void file_sizes(const engine::Program& p, InferenceLedger& l) {
 }
 }  // namespace
 
+std::vector<std::string> engine_step_families(const engine::StepInfo& s) {
+  const std::string root = s.op.substr(0, s.op.find_first_of(" +"));
+  const char* prec = s.op.find("int8") != std::string::npos ? "int8" : "fp32";
+  std::vector<std::string> k;
+  if (s.conv_width > 0) {  // a convolution: by its shape class first (time_model.h), as the training ledger does
+    const std::string cls = conv_class({s.conv_width, s.conv_out_hw, false});
+    k.push_back(fmt::format("engine | {} | {} [{}] {}", root, s.impl, prec, cls));
+    k.push_back(fmt::format("engine | {} [{}] {}", root, prec, cls));
+  }
+  k.push_back(fmt::format("engine | {} | {} [{}]", root, s.impl, prec));
+  k.push_back(fmt::format("engine | {} [{}]", root, prec));
+  return k;
+}
+
+EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) {
+  EngineStepTime t;
+  const double peak = d.peak("fp32");
+  double flops = double(2 * s.cost.macs + s.cost.flops);
+  if (s.impl.find("wino") != std::string::npos && d.winograd_speedup > 0)
+    flops = double(2 * s.cost.macs) / d.winograd_speedup + double(s.cost.flops);
+  if (s.lane_use > 0 && s.lane_use < 1) flops /= s.lane_use;  // the lanes it issues (KernelCtx::lane_use)
+  // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
+  // reckon's direct loops compute an int8 first layer in f32 (exact integers): at the fp32 peak.
+  const bool on_int8 = s.op.find("int8") != std::string::npos && s.kind != "direct" && s.cost.macs > 0;
+  const double tc = on_int8 ? double(2 * s.cost.macs) / d.peak("int8") + double(s.cost.flops) / peak : flops / peak;
+  const double tm = double(s.bytes_moved) / d.bandwidth_at(double(s.bytes_moved));
+  t.roofline_s = std::max(tc, tm);
+  t.compute_bound = tc >= tm;
+  for (const std::string& k : engine_step_families(s))
+    if (auto it = d.op_families.find(k); it != d.op_families.end()) {
+      t.fixed_s = it->second.fixed_s;
+      t.total_s = it->second.fixed_s + it->second.scale * t.roofline_s;
+      t.line = k;
+      return t;
+    }
+  t.fixed_s = d.name == "cpu" ? d.engine_step_overhead_s : d.op_overhead_s;
+  t.total_s = t.roofline_s + t.fixed_s;
+  return t;
+}
+
+namespace {
+// Compiles p as the deployment ledger does: fp32 as it is; int8 after the passes, quantized with
+// the ranges observed on calib (or, without, placeholder ranges: the meta device's plan).
+engine::Engine compile_program(engine::Program p, const engine::EngineOptions& eo, bool int8, const Tensor* calib,
+                               engine::QuantizedProgram* keep = nullptr, std::vector<engine::PassReport>* passes = nullptr) {
+  if (!int8) return engine::Engine(std::move(p), eo);
+  std::vector<engine::PassReport> reports = engine::run_passes(p, eo.passes);
+  if (passes) *passes = std::move(reports);
+  engine::Calibrator cal = calib ? engine::Calibrator(p) : engine::Calibrator::assumed(p);
+  if (calib) cal.observe(*calib);
+  engine::QuantizedProgram q = engine::quantize_program(p, cal, {});
+  engine::EngineOptions qo = eo;
+  qo.passes = {};
+  engine::Program prog = q.program;
+  if (keep) *keep = std::move(q);
+  return engine::Engine(std::move(prog), qo);
+}
+}  // namespace
+
+std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d) {
+  std::map<std::string, std::vector<FamilySample>> by;
+  for (const ProbeNetwork& net : probe_networks())
+    for (const bool int8 : {false, true})
+      for (const Shape& shape : net.inputs) {
+        Tensor x = Tensor::empty(shape);
+        fill_normal_(x, 0.0, 1.0);
+        engine::Engine e = compile_program(engine::make_program(*net.module, shape), {}, int8, &x);
+        Tensor y = Tensor::empty(e.output_shape());
+        for (int i = 0; i < 3; ++i) e.run(x, y);
+        std::vector<double> best;
+        for (int i = 0; i < 7; ++i) {
+          const std::vector<double> t = e.run_timed(x, y);
+          if (best.empty()) best = t;
+          for (size_t k = 0; k < t.size() && k < best.size(); ++k) best[k] = std::min(best[k], t[k]);
+        }
+        const auto& steps = e.steps();
+        for (size_t k = 0; k < steps.size() && k < best.size(); ++k) {
+          FamilySample s;
+          s.op = steps[k].op;
+          s.impl = steps[k].impl;
+          s.roofline_s = engine_step_time(d, steps[k]).roofline_s;
+          s.measured_s = best[k];
+          for (const std::string& key : engine_step_families(steps[k])) by[key].push_back(s);
+        }
+      }
+  std::map<std::string, FamilyTime> out;
+  for (const auto& [k, v] : by) out[k] = fit_family(v, d.engine_step_overhead_s);
+  return out;
+}
+
 InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg) {
   RK_CHECK(cfg.batch >= 1, "[ledger] --batch must be >= 1, got {}", cfg.batch);
   auto say = [&](const std::string& s) {
@@ -70,11 +160,9 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
   // quantized (cal: none on the meta device, placeholder ranges).
   std::vector<engine::PassReport> pass_reports;
   auto compile = [&](engine::Program p, const engine::EngineOptions& eo, const Tensor* calib) {
-    if (!int8) return engine::Engine(std::move(p), eo);
-    pass_reports = engine::run_passes(p, eo.passes);
-    engine::Calibrator cal = calib ? engine::Calibrator(p) : engine::Calibrator::assumed(p);
-    if (calib) cal.observe(*calib);
-    engine::QuantizedProgram q = engine::quantize_program(p, cal, {});
+    engine::QuantizedProgram q;
+    engine::Engine e = compile_program(std::move(p), eo, int8, calib, &q, &pass_reports);
+    if (!int8) return e;
     l.int8_layers = int64_t(q.layers.size());
     if (!calib && l.int8_qdq_file_bytes < 0) {
       const auto zeros = [&](const graph::Value& v) {
@@ -83,9 +171,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
       };
       l.int8_qdq_file_bytes = int64_t(onnx::export_graph(q.program.graph, zeros, {.dynamic_batch = true}).size());
     }
-    engine::EngineOptions qo = eo;
-    qo.passes = {};
-    return engine::Engine(std::move(q.program), qo);
+    return e;
   };
   say("compiling " + model_name + " on the meta device");
   nn::ModelConfig mc;
@@ -106,23 +192,14 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
   l.arena_bytes = e.arena_bytes();
   l.values_bytes = e.values_bytes();
   l.weight_bytes = e.weight_bytes();
-  const double peak = l.device.peak("fp32");
-  const double peak8 = int8 ? l.device.peak("int8") : 0;
   for (const auto& s : e.steps()) {
     InferenceRow r;
     r.step = s;
-    double flops = double(2 * s.cost.macs + s.cost.flops);
-    if (s.impl.find("wino") != std::string::npos && l.device.winograd_speedup > 0)
-      flops = double(2 * s.cost.macs) / l.device.winograd_speedup + double(s.cost.flops);
-    if (s.lane_use > 0 && s.lane_use < 1) flops /= s.lane_use;  // the lanes it issues (KernelCtx::lane_use)
     r.flops = double(2 * s.cost.macs + s.cost.flops);
-    // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
-    // reckon's direct loops compute an int8 first layer in f32 (exact integers): at the fp32 peak.
-    const bool on_int8 = int8 && s.op.find("int8") != std::string::npos && s.kind != "direct";
-    const double tc = on_int8 ? double(2 * s.cost.macs) / peak8 + double(s.cost.flops) / peak : flops / peak;
-    const double tm = double(s.bytes_moved) / l.device.bandwidth_at(double(s.bytes_moved));
-    r.predicted_s = std::max(tc, tm) + l.step_overhead_s;
-    r.bound = l.step_overhead_s > std::max(tc, tm) ? "overhead" : tc >= tm ? "compute" : "memory";
+    const EngineStepTime t = engine_step_time(l.device, s);
+    r.predicted_s = t.total_s;
+    r.line = t.line;
+    r.bound = t.fixed_s > t.total_s - t.fixed_s ? "overhead" : t.compute_bound ? "compute" : "memory";
     l.macs += s.cost.macs;
     l.bytes_moved += s.bytes_moved;
     l.predicted_s += r.predicted_s;

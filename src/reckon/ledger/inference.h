@@ -12,12 +12,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "reckon/core/tensor.h"
 #include "reckon/engine/engine.h"
 #include "reckon/ledger/devices.h"
+#include "reckon/ledger/time_model.h"
 
 namespace reckon {
 
@@ -36,11 +38,30 @@ struct InferenceConfig {
   std::function<void(const std::string&)> progress;
 };
 
+// One engine step's predicted time on a device. The roofline: compute at the fp32 peak (an int8
+// product's MACs at the int8 peak; a Winograd convolution's direct FLOPs over the calibrated
+// speedup; a direct loop's FLOPs over the share of the lanes it fills), the bytes it moves at the
+// bandwidth of that working set. On a cpu whose calibration has a line for the step's family
+// (engine_step_families: the op, its implementation and precision, then the op and precision),
+// that line, fixed + scale x roofline, fitted on the probe networks compiled and timed step by
+// step (calibrate_engine_families); else the roofline plus the engine's per-step overhead.
+struct EngineStepTime {
+  double roofline_s = 0, total_s = 0, fixed_s = 0;
+  bool compute_bound = false;
+  std::string line;  // the family whose line timed it ("": the roofline and the overhead)
+};
+std::vector<std::string> engine_step_families(const engine::StepInfo& s);
+EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s);
+// The probe networks (time_model.h) compiled by the engine in fp32 and int8 (calibrated on the
+// random input they are timed with), each step the fastest of its timed runs, a line per family.
+std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d);
+
 struct InferenceRow {
   engine::StepInfo step;
   double flops = 0;            // 2 x MACs + other FLOPs
   double predicted_s = 0;
-  std::string bound;           // "compute", "memory" or "overhead": what the roofline's max is
+  std::string line;            // the calibrated family line that timed it ("": roofline + overhead)
+  std::string bound;           // "compute", "memory" or "overhead": what the prediction's larger part is
   double measured_s = -1;      // with measure: the fastest of the timed runs
 };
 

@@ -344,6 +344,12 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
 
 }  // namespace
 
+std::vector<ProbeNetwork> probe_networks() {
+  return {{std::make_shared<WideProbe>(), {Shape{2, 3, 40, 40}, Shape{8, 3, 72, 72}, Shape{24, 3, 128, 128}}},
+          {std::make_shared<NarrowProbe>(), {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}},
+          {std::make_shared<FirstLayerProbe>(), {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}}};
+}
+
 std::vector<FamilySample> probe_op_samples(const DeviceSpec& d) {
   std::vector<FamilySample> out;
   WideProbe wide;

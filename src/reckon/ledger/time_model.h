@@ -15,6 +15,7 @@
 // (inference.h), which run no autograd and are timed by the roofline and the engine's step cost.
 #pragma once
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +24,10 @@
 #include "reckon/core/tensor.h"
 #include "reckon/ledger/devices.h"
 #include "reckon/ops/op.h"
+
+namespace reckon::nn {
+class Module;
+}
 
 namespace reckon {
 
@@ -110,5 +115,12 @@ FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_f
 std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d);
 // The probe's timed op calls (what calibrate_op_families fits), for tests and `--explain`.
 std::vector<FamilySample> probe_op_samples(const DeviceSpec& d);
+// The probe's networks and the input shapes each runs at (the deployment ledger's engine probe,
+// inference.h, compiles the same ones).
+struct ProbeNetwork {
+  std::shared_ptr<nn::Module> module;
+  std::vector<Shape> inputs;
+};
+std::vector<ProbeNetwork> probe_networks();
 
 }  // namespace reckon
