@@ -1,9 +1,10 @@
 // The deployment ledger: what serving a model costs, before it serves. "Deployment looks at
 // latency and size": it compiles the model with the inference engine (engine/engine.h) on the
 // meta device (no weights needed) and reads the compiled step list: per step the fused op, its
-// MACs, the bytes it moves in the layouts the engine chose, its arena offset and its latency on
-// a device's roofline (this cpu calibrated as the training ledger does, with the engine's own
-// per-step overhead); totals: latency per request, requests/s, arena and weight bytes, the file
+// MACs, the bytes it moves in the layouts the engine chose, its arena offset and its latency
+// (engine_step_time: on this cpu its step family's line, calibrated on the engine's own probe
+// as the training ledger's are on the training step; on a GPU the roofline and a per-step
+// overhead); totals: latency per request, requests/s, arena and weight bytes, the file
 // size at fp32, bf16 and int8, reorders per run; and what each pass saved. At int8 the same for
 // the quantized program, its int8 steps on the device's int8 peak. With `measure` the
 // same engine is built with data on this cpu and run: measured latency per step and in total,

@@ -11,8 +11,9 @@
 // jit_dw:avx512_core") and the precision it computes in; an op whose implementation the probe
 // did not meet falls back to the op's line over all its implementations; fp16 (which the cpu
 // computes in f32) to the fp32 lines; an op the probe did not run at all (the fp16 loss scaler's
-// ops) to the roofline and the per-op fixed cost. Not for the inference engine's compiled steps
-// (inference.h), which run no autograd and are timed by the roofline and the engine's step cost.
+// ops) to the roofline and the per-op fixed cost. The inference engine's compiled steps, which
+// run no autograd, have lines of their own, fitted on the same probe networks compiled by the
+// engine (inference.h: calibrate_engine_families).
 #pragma once
 #include <map>
 #include <memory>
