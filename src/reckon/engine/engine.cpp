@@ -409,16 +409,19 @@ struct Engine::Impl {
     const EVal& xv = vals[size_t(ev_of(x))];
     std::optional<dnnl::convolution_forward::primitive_desc> pd;
     const auto any_src = [&] { return make(memory::desc(dims_of(xs), f, tag::any)); };
-    const auto weak = [](const auto& p) {
+    const auto is_ref = [](const auto& p) { return std::string(p.impl_info_str()).rfind("ref", 0) == 0; };
+    const auto is_gemm = [](const auto& p) {  // "x64:gemm:jit" and the like, not brgemm
       const std::string impl = p.impl_info_str();
-      return impl.rfind("ref", 0) == 0 || impl.find("gemm") != std::string::npos;
+      return impl.rfind("gemm", 0) == 0 || impl.find(":gemm") != std::string::npos;
     };
+    // (A 1x1 convolution on NCHW is a plain matrix product under gemm: kept, no reorder.)
+    const bool pointwise = ws[2] == 1 && ws[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1;
     if (opt.blocked_layouts && xv.md.data.format_kind == dnnl_blocked) {
       pd = try_make([&] { return make(xv.md); });
-      if (pd && weak(*pd)) {
+      if (pd && (is_ref(*pd) || (is_gemm(*pd) && !pointwise))) {
         auto other = try_make(any_src);
-        if (other && !weak(*other)) pd = other;
-        else if (std::string(pd->impl_info_str()).rfind("ref", 0) == 0) pd.reset();
+        if (other && !is_ref(*other) && !is_gemm(*other)) pd = other;
+        else if (is_ref(*pd)) pd.reset();
       }
     }
     if (!pd) pd = try_make(any_src);

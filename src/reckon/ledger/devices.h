@@ -116,8 +116,9 @@ bool in_process_probe();
 // over 512 KiB to twice the last-level cache (128 to 256 MiB), the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
 // Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, the
-// inference engine's per-step overhead from a compiled chain of 1-element steps, and the time
-// model's op families from the probe's training steps (time_model.h).
+// inference engine's per-step overhead from a compiled chain of 1-element steps, the time
+// model's op families from the probe's training steps (time_model.h), and the engine's step
+// families from the same networks compiled by the engine (inference.h).
 // Measures others_cpu_share and under_load as it runs.
 DeviceSpec calibrate_cpu();
 // Which of a cached entry (if any) and a fresh calibration is kept, in the cache and for this

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "reckon/engine/quantize.h"
@@ -97,8 +98,9 @@ engine::Engine compile_program(engine::Program p, const engine::EngineOptions& e
   engine::QuantizedProgram q = engine::quantize_program(p, cal, {});
   engine::EngineOptions qo = eo;
   qo.passes = {};
-  engine::Program prog = q.program;
-  if (keep) *keep = std::move(q);
+  if (!keep) return engine::Engine(std::move(q.program), qo);
+  engine::Program prog = q.program;  // (the constants' storage shared)
+  *keep = std::move(q);
   return engine::Engine(std::move(prog), qo);
 }
 }  // namespace
@@ -110,16 +112,23 @@ std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d)
       for (const Shape& shape : net.inputs) {
         Tensor x = Tensor::empty(shape);
         fill_normal_(x, 0.0, 1.0);
-        engine::Engine e = compile_program(engine::make_program(*net.module, shape), {}, int8, &x);
-        Tensor y = Tensor::empty(e.output_shape());
-        for (int i = 0; i < 3; ++i) e.run(x, y);
+        // A case this cpu cannot compile or run leaves its families to the roofline and the
+        // step overhead, rather than failing the calibration every ledger needs.
+        std::optional<engine::Engine> e;
         std::vector<double> best;
-        for (int i = 0; i < 7; ++i) {
-          const std::vector<double> t = e.run_timed(x, y);
-          if (best.empty()) best = t;
-          for (size_t k = 0; k < t.size() && k < best.size(); ++k) best[k] = std::min(best[k], t[k]);
+        try {
+          e.emplace(compile_program(engine::make_program(*net.module, shape), {}, int8, &x));
+          Tensor y = Tensor::empty(e->output_shape());
+          for (int i = 0; i < 3; ++i) e->run(x, y);
+          for (int i = 0; i < 7; ++i) {
+            const std::vector<double> t = e->run_timed(x, y);
+            if (best.empty()) best = t;
+            for (size_t k = 0; k < t.size() && k < best.size(); ++k) best[k] = std::min(best[k], t[k]);
+          }
+        } catch (const Error&) {
+          continue;
         }
-        const auto& steps = e.steps();
+        const auto& steps = e->steps();
         for (size_t k = 0; k < steps.size() && k < best.size(); ++k) {
           FamilySample s;
           s.op = steps[k].op;
@@ -318,7 +327,7 @@ std::string inference_json(const InferenceLedger& l) {
     json j{{"name", s.name},           {"op", s.op},         {"kind", s.kind},           {"macs", s.cost.macs},
            {"flops", r.flops},         {"bytes_moved", s.bytes_moved}, {"weight_bytes", s.weight_bytes},
            {"arena_offset", s.out_offset}, {"out_bytes", s.out_bytes}, {"scratch_bytes", s.scratch_bytes},
-           {"impl", s.impl},           {"in_place", s.in_place}, {"bound", r.bound}, {"predicted_ms", 1e3 * r.predicted_s}};
+           {"impl", s.impl},           {"in_place", s.in_place}, {"bound", r.bound}, {"line", r.line}, {"predicted_ms", 1e3 * r.predicted_s}};
     if (l.measured) j["measured_ms"] = 1e3 * r.measured_s;
     rows.push_back(j);
   }

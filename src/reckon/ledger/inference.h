@@ -70,7 +70,7 @@ struct InferenceLedger {
   std::string model;
   InferenceConfig config;
   DeviceSpec device;
-  double step_overhead_s = 0;  // fixed time per engine step on this device
+  double step_overhead_s = 0;  // the engine's per-step overhead: a step whose family has no line pays it over its roofline
   Shape input_shape, output_shape;
   std::vector<InferenceRow> rows;
   std::vector<engine::PassReport> passes;

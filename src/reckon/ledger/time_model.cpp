@@ -352,20 +352,14 @@ std::vector<ProbeNetwork> probe_networks() {
 
 std::vector<FamilySample> probe_op_samples(const DeviceSpec& d) {
   std::vector<FamilySample> out;
-  WideProbe wide;
-  NarrowProbe narrow;
-  FirstLayerProbe first;
   struct Run {
     DType precision;
     const char* optimizer;
   };
+  const std::vector<ProbeNetwork> nets = probe_networks();
   for (const Run run : {Run{DType::f32, "sgd"}, Run{DType::bf16, "adamw"}}) {
-    for (const Shape& s : {Shape{2, 3, 40, 40}, Shape{8, 3, 72, 72}, Shape{24, 3, 128, 128}})
-      probe_model(d, wide, s, run.precision, run.optimizer, 3, out);
-    for (const Shape& s : {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}) {
-      probe_model(d, narrow, s, run.precision, run.optimizer, 3, out);
-      probe_model(d, first, s, run.precision, run.optimizer, 3, out);
-    }
+    for (const ProbeNetwork& net : nets)
+      for (const Shape& s : net.inputs) probe_model(d, *net.module, s, run.precision, run.optimizer, 3, out);
     host_memory_restart(Device::cpu);
   }
   return out;
