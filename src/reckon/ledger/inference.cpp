@@ -103,6 +103,17 @@ engine::Engine compile_program(engine::Program p, const engine::EngineOptions& e
   *keep = std::move(q);
   return engine::Engine(std::move(prog), qo);
 }
+
+// Each step's fastest time over `runs` timed runs of e on x.
+std::vector<double> fastest_steps(engine::Engine& e, const Tensor& x, Tensor& y, int runs) {
+  std::vector<double> best;
+  for (int i = 0; i < runs; ++i) {
+    const std::vector<double> t = e.run_timed(x, y);
+    if (best.empty()) best = t;
+    for (size_t k = 0; k < t.size() && k < best.size(); ++k) best[k] = std::min(best[k], t[k]);
+  }
+  return best;
+}
 }  // namespace
 
 std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d) {
@@ -120,11 +131,7 @@ std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d)
           e.emplace(compile_program(engine::make_program(*net.module, shape), {}, int8, &x));
           Tensor y = Tensor::empty(e->output_shape());
           for (int i = 0; i < 3; ++i) e->run(x, y);
-          for (int i = 0; i < 7; ++i) {
-            const std::vector<double> t = e->run_timed(x, y);
-            if (best.empty()) best = t;
-            for (size_t k = 0; k < t.size() && k < best.size(); ++k) best[k] = std::min(best[k], t[k]);
-          }
+          best = fastest_steps(*e, x, y, 7);
         } catch (const Error&) {
           continue;
         }
@@ -237,12 +244,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
       real.run(x, y);
       lat.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::vector<double> best;
-    for (int i = 0; i < std::max(cfg.measure_runs / 2, 5); ++i) {
-      auto t = real.run_timed(x, y);
-      if (best.empty()) best = t;
-      for (size_t k = 0; k < t.size(); ++k) best[k] = std::min(best[k], t[k]);
-    }
+    const std::vector<double> best = fastest_steps(real, x, y, std::max(cfg.measure_runs / 2, 5));
     l.run_allocations = tracker(Device::cpu).stats().num_allocs - allocs0;
     for (size_t k = 0; k < best.size() && k < l.rows.size(); ++k) l.rows[k].measured_s = best[k];
     l.measured = true;
