@@ -634,6 +634,29 @@ TEST(Ledger, DeviceCatalog) {
   }
   edit_entry([&](json& e) { e["bandwidth_curve"] = good_curve; });
   EXPECT_TRUE(cached_cpu_spec().has_value());
+  // The in-place curve (add_): the same sizes, the same shape, read back as written; a cache
+  // without one, or with one that bends up, calibrates again.
+  ASSERT_EQ(cpu.inplace_bandwidth_curve.size(), cpu.bandwidth_curve.size());
+  for (size_t i = 0; i < cpu.inplace_bandwidth_curve.size(); ++i) {
+    EXPECT_NEAR(cpu.inplace_bandwidth_curve[i].first, cpu.bandwidth_curve[i].first, 12);  // whole elements of 12 bytes
+    if (i > 0) EXPECT_LE(cpu.inplace_bandwidth_curve[i].second, cpu.inplace_bandwidth_curve[i - 1].second);
+    EXPECT_NEAR(cached_cpu_spec()->inplace_bandwidth_curve[i].second, cpu.inplace_bandwidth_curve[i].second,
+                1e-6 * cpu.inplace_bandwidth_curve[i].second);
+  }
+  const json good_inplace = [&] {
+    std::ifstream in(device_cache_path());
+    return json::parse(in)["cpus"].begin().value()["inplace_bandwidth_curve"];
+  }();
+  for (const json& bad : {json::array({json::array({1e6, 40}), json::array({2e6, 50})}), json(nullptr),
+                          json::array({good_inplace.back()})}) {
+    SCOPED_TRACE(bad.dump());
+    edit_entry([&](json& e) { e["inplace_bandwidth_curve"] = bad; });
+    EXPECT_FALSE(cached_cpu_spec().has_value());
+  }
+  edit_entry([&](json& e) { e.erase("inplace_bandwidth_curve"); });
+  EXPECT_FALSE(cached_cpu_spec().has_value());
+  edit_entry([&](json& e) { e["inplace_bandwidth_curve"] = good_inplace; });
+  EXPECT_TRUE(cached_cpu_spec().has_value());
   const json good_bw = [&] {
     std::ifstream in(device_cache_path());
     return json::parse(in)["cpus"].begin().value()["bandwidth_gbs"];
@@ -675,6 +698,38 @@ TEST(TimeModel, BandwidthFollowsTheWorkingSetCurve) {
   EXPECT_NEAR(op_time(d, "relu", "", "fp32", {}, 0, 1e6).roofline_s, 1e-5, 1e-12);
   EXPECT_FALSE(op_time(d, "relu", "", "fp32", {}, 0, 1e6).compute_bound);
   EXPECT_TRUE(op_time(d, "relu", "", "fp32", {}, 11e6, 1e6).compute_bound);  // 110 us of compute
+}
+
+// An op that reads what it writes in place (an update, add_) is timed on the in-place curve; the
+// optimizer's are timed at the bandwidth of all their bytes together; a device without an
+// in-place curve uses the one curve for both.
+TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
+  const Cost update{0, 10, 300, 200}, fill{0, 0, 0, 200}, add{0, 10, 200, 100};
+  EXPECT_TRUE(reads_what_it_writes(0b11, 2, update));   // sgd_update with momentum: p and buf
+  EXPECT_FALSE(reads_what_it_writes(0b01, 2, update));  // one output allocated
+  EXPECT_FALSE(reads_what_it_writes(0b1, 1, fill));     // fill_: the lines are fetched to be overwritten
+  EXPECT_TRUE(reads_what_it_writes(0b1, 1, add));
+  EXPECT_FALSE(reads_what_it_writes(0, 0, add));
+  EXPECT_TRUE(streams_with_the_optimizer(Phase::optimizer, true));
+  EXPECT_FALSE(streams_with_the_optimizer(Phase::optimizer, false));  // zeroing gradients
+  EXPECT_FALSE(streams_with_the_optimizer(Phase::backward, true));    // accumulating a gradient
+
+  DeviceSpec d;
+  d.name = "cpu";
+  d.fp32_flops = 1e11;
+  d.bandwidth_curve = {{1e6, 100e9}, {1e9, 20e9}};
+  d.bandwidth_bytes = 20e9;
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(2e9, true), 20e9);  // no in-place curve: the one curve
+  d.inplace_bandwidth_curve = {{1e6, 150e9}, {1e9, 40e9}};
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(2e9, true), 40e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(1e3, true), 150e9);
+  EXPECT_DOUBLE_EQ(d.bandwidth_at(2e9, false), 20e9);
+  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 2e9, true).roofline_s, 0.05, 1e-12);
+  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 2e9, false).roofline_s, 0.1, 1e-12);
+  // 1 MB of an update that streams with 2 GB of others: at memory speed, not the caches'.
+  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true).roofline_s, 1e6 / 150e9, 1e-15);
+  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true, 2e9).roofline_s, 1e6 / 40e9, 1e-15);
+  EXPECT_NEAR(roofline_s(d, 0, 1e6, "fp32", true, 2e9), 1e6 / 40e9, 1e-15);
 }
 
 namespace {

@@ -115,7 +115,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 17;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 18;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -132,7 +132,8 @@ constexpr int kCalibrationFormat = 17;  // 4-6: the op families (time_model.h; 5
                                         // to the least relative error, not least squares;
                                         // 16: the small direct convolutions' work counted in
                                         // the lanes they issue, KernelCtx::lane_use; 17: the
-                                        // inference engine's steps probed, their own lines)
+                                        // inference engine's steps probed, their own lines;
+                                        // 18: the in-place bandwidth curve)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
@@ -214,16 +215,23 @@ std::optional<DeviceSpec> read_cache() {
     d.bf16_flops = e.at("bf16_gflops").get<double>() * kG;  // absent in older caches: calibrate again
     d.fp16_flops = d.fp32_flops;
     d.bandwidth_bytes = e.at("bandwidth_gbs").get<double>() * kG;
-    for (const auto& p : e.at("bandwidth_curve")) {  // absent before format 8: calibrate again
-      const double bytes = p.at(0).get<double>(), bw = p.at(1).get<double>() * kG;
-      if (!(bytes > 0 && bytes < 1e15 && bw > 0 && bw < 1e15) || d.bandwidth_curve.size() >= 64 ||
-          (!d.bandwidth_curve.empty() && !(bytes > d.bandwidth_curve.back().first && bw <= d.bandwidth_curve.back().second)))
-        return std::nullopt;
-      d.bandwidth_curve.emplace_back(bytes, bw);
-    }
-    // At least two points, the last one the memory bandwidth (what the ridge and the report use).
-    if (d.bandwidth_curve.size() < 2 ||
-        !(std::abs(d.bandwidth_curve.back().second - d.bandwidth_bytes) <= 1e-6 * d.bandwidth_bytes))
+    // A curve: at least two points, ascending in bytes, non-increasing in bandwidth.
+    auto read_curve = [&](const json& a, std::vector<std::pair<double, double>>& c) {
+      for (const auto& p : a) {
+        const double bytes = p.at(0).get<double>(), bw = p.at(1).get<double>() * kG;
+        if (!(bytes > 0 && bytes < 1e15 && bw > 0 && bw < 1e15) || c.size() >= 64 ||
+            (!c.empty() && !(bytes > c.back().first && bw <= c.back().second)))
+          return false;
+        c.emplace_back(bytes, bw);
+      }
+      return c.size() >= 2;
+    };
+    // (absent before formats 8 and 18: calibrate again)
+    if (!read_curve(e.at("bandwidth_curve"), d.bandwidth_curve) ||
+        !read_curve(e.at("inplace_bandwidth_curve"), d.inplace_bandwidth_curve))
+      return std::nullopt;
+    // The last point is the memory bandwidth (what the ridge and the report use).
+    if (!(std::abs(d.bandwidth_curve.back().second - d.bandwidth_bytes) <= 1e-6 * d.bandwidth_bytes))
       return std::nullopt;
     d.bandwidth_bytes = d.bandwidth_curve.back().second;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
@@ -279,15 +287,19 @@ void write_cache(const DeviceSpec& d) {
   json families = json::object();
   for (const auto& [k, f] : d.op_families)  // (fit_family's lines are finite and within its bounds)
     families[k] = {{"fixed_us", f.fixed_s * 1e6}, {"scale", f.scale}, {"samples", f.samples}};
-  json curve = json::array();
-  for (const auto& [bytes, bw] : d.bandwidth_curve) curve.push_back({bytes, bw / kG});
+  auto curve = [](const std::vector<std::pair<double, double>>& c) {
+    json a = json::array();
+    for (const auto& [bytes, bw] : c) a.push_back({bytes, bw / kG});
+    return a;
+  };
   j["cpus"][cache_key()] = {{"description", d.description},
                             {"calibrated_at", d.calibrated_at},
                             {"fp32_gflops", d.fp32_flops / kG},
                             {"bf16_gflops", d.bf16_flops / kG},
                             {"int8_gops", d.int8_ops / kG},
                             {"bandwidth_gbs", d.bandwidth_bytes / kG},
-                            {"bandwidth_curve", curve},
+                            {"bandwidth_curve", curve(d.bandwidth_curve)},
+                            {"inplace_bandwidth_curve", curve(d.inplace_bandwidth_curve)},
                             {"op_overhead_us", d.op_overhead_s * 1e6},
                             {"winograd_speedup", d.winograd_speedup},
                             {"engine_step_overhead_us", d.engine_step_overhead_s * 1e6},
@@ -377,14 +389,20 @@ std::string calibration_quality(const DeviceSpec& d) {
                      d.attempts, kCalibrationAttempts);
 }
 
-double DeviceSpec::bandwidth_at(double bytes) const {
-  const auto& c = bandwidth_curve;
-  if (c.empty() || !(bytes > c.front().first)) return c.empty() ? bandwidth_bytes : c.front().second;
+namespace {
+double curve_at(const std::vector<std::pair<double, double>>& c, double bytes, double fallback) {
+  if (c.empty() || !(bytes > c.front().first)) return c.empty() ? fallback : c.front().second;
   if (bytes >= c.back().first) return c.back().second;
   size_t i = 1;
   while (c[i].first < bytes) ++i;
   const double f = std::log(bytes / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
   return std::exp(std::log(c[i - 1].second) + f * (std::log(c[i].second) - std::log(c[i - 1].second)));
+}
+}  // namespace
+
+double DeviceSpec::bandwidth_at(double bytes, bool in_place) const {
+  if (in_place && !inplace_bandwidth_curve.empty()) return curve_at(inplace_bandwidth_curve, bytes, bandwidth_bytes);
+  return curve_at(bandwidth_curve, bytes, bandwidth_bytes);
 }
 
 double DeviceSpec::peak(const std::string& precision) const {
@@ -486,7 +504,8 @@ DeviceSpec calibrate_cpu() {
     // with other tenants measured 18-23 GB/s at 256 MiB and at 1 GiB alike; a larger buffer
     // cost seconds under the sanitizers, which calibrate in CI.) Each size runs its reps or
     // for about half a second, whichever ends first, at least twice. A larger working set is
-    // never counted faster than a smaller one (noise would otherwise bend the curve up).
+    // never counted faster than a smaller one (noise would otherwise bend the curve up). The
+    // in-place curve (add_) is measured alongside, at the same sizes.
     const int64_t llc = last_level_cache_bytes();
     int64_t big = std::clamp<int64_t>(2 * llc, int64_t(128) << 20, int64_t(256) << 20);
     if (d.memory_bytes > 0) big = std::max<int64_t>(int64_t(32) << 20, std::min(big, d.memory_bytes / 8));
@@ -496,13 +515,22 @@ DeviceSpec calibrate_cpu() {
       const int64_t n = in_bytes / 4;
       Tensor x = Tensor::empty({n});
       fill_(x, 1.0);
-      const Timed t = time_runs(in_bytes <= (int64_t(8) << 20) ? 25 : 7, [&] { relu(x); }, 0.5);
+      const int reps = in_bytes <= (int64_t(8) << 20) ? 25 : 7;
+      const Timed t = time_runs(reps, [&] { relu(x); }, 0.5);
       d.bandwidth_curve.emplace_back(2.0 * double(in_bytes), 2.0 * double(in_bytes) / t.best);
       last = t;
+      x = Tensor();
+      // In place, the same bytes moved: a += b reads a and b and writes a, 3 x 4 bytes an element.
+      const int64_t m = 2 * in_bytes / 12;
+      Tensor a = Tensor::empty({m}), b = Tensor::empty({m});
+      fill_(a, 0.0);
+      fill_(b, 1.0);
+      const Timed ti = time_runs(reps, [&] { add_(a, b); }, 0.5);
+      d.inplace_bandwidth_curve.emplace_back(12.0 * double(m), 12.0 * double(m) / ti.best);
     }
     note(last);  // the memory's (the small sizes' spread is the clock's, not the machine's)
-    for (size_t i = d.bandwidth_curve.size() - 1; i-- > 0;)
-      d.bandwidth_curve[i].second = std::max(d.bandwidth_curve[i].second, d.bandwidth_curve[i + 1].second);
+    for (auto* c : {&d.bandwidth_curve, &d.inplace_bandwidth_curve})
+      for (size_t i = c->size() - 1; i-- > 0;) (*c)[i].second = std::max((*c)[i].second, (*c)[i + 1].second);
     d.bandwidth_bytes = d.bandwidth_curve.back().second;
   }
   {

@@ -78,6 +78,13 @@ struct DeviceSpec {
   // the caches);
   // empty for datasheet entries (bandwidth_bytes at every size).
   std::vector<std::pair<double, double>> bandwidth_curve = {};
+  // The same for an op that writes in place what it has just read (an optimizer's update, a
+  // gradient accumulated with add_; time_model.h: reads_what_it_writes): no cache line is fetched
+  // only to be overwritten, so past L2 it moves its bytes faster than the relus of
+  // bandwidth_curve, whose outputs are fetched before they are written (an Intel Xeon, 2 threads:
+  // add_ and sgd_update 80 GB/s at 64 MiB moved and 43 at 1 GiB, relu 47 and 25). The cpu:
+  // calibrated with add_ at the curve's sizes; empty: bandwidth_curve's.
+  std::vector<std::pair<double, double>> inplace_bandwidth_curve = {};
 
   // Peak for a precision name ("fp32", "tf32", "bf16", "fp16", "int8"); throws if unknown or 0.
   double peak(const std::string& precision) const;
@@ -86,8 +93,9 @@ struct DeviceSpec {
   double ridge(const std::string& precision) const { return peak(precision) / bandwidth_bytes; }
   // The bandwidth for an op that moves `bytes`: the curve's first point below it, its last
   // (bandwidth_bytes) above it, and between two points the bandwidth interpolated linearly in
-  // log(bytes) (a working set that spills a cache level does so gradually).
-  double bandwidth_at(double bytes) const;
+  // log(bytes) (a working set that spills a cache level does so gradually). in_place: the
+  // in-place curve (where there is one).
+  double bandwidth_at(double bytes, bool in_place = false) const;
 };
 
 // Catalog keys, "cpu" first.
@@ -113,7 +121,8 @@ bool in_process_probe();
 
 // Measures this machine now (a few seconds): fp32, bf16 and int8 peaks from the best of 15
 // 1024^3 linear ops (int8: linear_int8, u8 x s8), the bandwidth curve from relus (read + write)
-// over 512 KiB to twice the last-level cache (128 to 256 MiB), the per-op overhead from a chain of
+// over 512 KiB to twice the last-level cache (128 to 256 MiB) and the in-place one from add_ at
+// the same sizes, the per-op overhead from a chain of
 // 1-element relus run forward and backward (so autograd's share of each op call is in it), the
 // Winograd speedup from a 3x3 convolution timed direct and with the default algorithm, the
 // inference engine's per-step overhead from a compiled chain of 1-element steps, the time

@@ -49,8 +49,23 @@ std::string compute_precision(std::span<const DType> inputs);
 // a kernel that fills only lane_use of its vectors' lanes (KernelCtx::lane_use) issues FLOPs /
 // lane_use.
 double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0);
-// max(flops / peak, bytes / bandwidth), the bandwidth at that many bytes (DeviceSpec::bandwidth_at).
-double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision);
+// Whether an op call streams in place: every output is an input it writes in place (aliases: bit
+// i for output i) and it reads at least what it writes (an optimizer's update, add_), so no line
+// it writes is fetched only to be overwritten (a fill is: it reads nothing). Its bytes are timed
+// against the in-place bandwidth (DeviceSpec::inplace_bandwidth_curve): alexnet_tv's SGD update
+// of 61 M parameters ran at 50 GB/s where the relus' curve gave 25, and was predicted at 2x.
+bool reads_what_it_writes(uint32_t aliases, size_t outputs, const Cost& c);
+// The optimizer phase's ops that read what they write (the updates, the loss scaler's unscale)
+// stream every parameter, gradient and state one after the other, data the backward pass last
+// touched long before: each is timed at the bandwidth of all their bytes together (the
+// working_set of roofline_s and op_time), not at its own size's. (The probe's update of 2.4 M
+// parameters, 47 MB moved, ran at 45 GB/s, the in-place curve's memory bandwidth, where the curve
+// gives 80 at that size.)
+bool streams_with_the_optimizer(Phase phase, bool in_place);
+// max(flops / peak, bytes / bandwidth), the bandwidth at max(bytes, working_set)
+// (DeviceSpec::bandwidth_at; in_place: reads_what_it_writes).
+double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision,
+                  bool in_place = false, double working_set = 0);
 
 // The shape class a family names: "" (not a convolution nor a matrix product); a convolution's by
 // width "few" (<= 4: an image's first layer, a depthwise one), "narrow" (< 32), "mid" (< 96),
@@ -85,7 +100,7 @@ struct OpTime {
 // small": its line is fitted on the calls of both image sizes), then without a class; else the
 // roofline and the device's per-op overhead.
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
-               ConvShape shape, double flops, double bytes);
+               ConvShape shape, double flops, double bytes, bool in_place = false, double working_set = 0);
 
 // One timed op call of the probe: its family, the roofline time on the device, the measured time.
 struct FamilySample {
