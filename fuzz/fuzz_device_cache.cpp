@@ -18,13 +18,18 @@ void check_entry() {
       if (!(d->fp32_flops > 0 && d->bandwidth_bytes > 0 && d->bandwidth_bytes < 1e15)) std::abort();  // sound or absent
       // The bandwidth curve: at least two points, ascending, never faster for more bytes, ending at
       // the memory bandwidth; bandwidth_at stays within it.
-      const auto& c = d->bandwidth_curve;
-      if (c.size() < 2 || c.back().second != d->bandwidth_bytes) std::abort();
-      for (size_t i = 1; i < c.size(); ++i)
-        if (!(c[i].first > c[i - 1].first && c[i].second <= c[i - 1].second)) std::abort();
-      for (double b : {0.0, c.front().first, 0.5 * (c.front().first + c.back().first), 1e30})
-        if (!(d->bandwidth_at(b) >= c.back().second * (1 - 1e-12) && d->bandwidth_at(b) <= c.front().second * (1 + 1e-12)))
-          std::abort();
+      if (d->bandwidth_curve.size() < 2 || d->bandwidth_curve.back().second != d->bandwidth_bytes) std::abort();
+      // The in-place curve (add_) likewise, with no tie to bandwidth_bytes.
+      for (bool in_place : {false, true}) {
+        const auto& c = in_place ? d->inplace_bandwidth_curve : d->bandwidth_curve;
+        if (c.size() < 2) std::abort();
+        for (size_t i = 1; i < c.size(); ++i)
+          if (!(c[i].first > c[i - 1].first && c[i].second <= c[i - 1].second)) std::abort();
+        for (double b : {0.0, c.front().first, 0.5 * (c.front().first + c.back().first), 1e30}) {
+          const double bw = d->bandwidth_at(b, in_place);
+          if (!(bw >= c.back().second * (1 - 1e-12) && bw <= c.front().second * (1 + 1e-12))) std::abort();
+        }
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "finding: reading the device cache threw: %s\n", e.what());

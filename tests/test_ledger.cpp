@@ -27,6 +27,9 @@
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
+#include "reckon/ops/op_list.h"
+#include "reckon/ops/update.h"
+#include "reckon/ops/writes.h"
 #include "reckon/optim/optim.h"
 
 #include "test_util.h"
@@ -637,6 +640,8 @@ TEST(Ledger, DeviceCatalog) {
   // The in-place curve (add_): the same sizes, the same shape, read back as written; a cache
   // without one, or with one that bends up, calibrates again.
   ASSERT_EQ(cpu.inplace_bandwidth_curve.size(), cpu.bandwidth_curve.size());
+  ASSERT_TRUE(cached_cpu_spec().has_value());
+  ASSERT_EQ(cached_cpu_spec()->inplace_bandwidth_curve.size(), cpu.inplace_bandwidth_curve.size());
   for (size_t i = 0; i < cpu.inplace_bandwidth_curve.size(); ++i) {
     EXPECT_NEAR(cpu.inplace_bandwidth_curve[i].first, cpu.bandwidth_curve[i].first, 12);  // whole elements of 12 bytes
     if (i > 0) EXPECT_LE(cpu.inplace_bandwidth_curve[i].second, cpu.inplace_bandwidth_curve[i - 1].second);
@@ -704,12 +709,14 @@ TEST(TimeModel, BandwidthFollowsTheWorkingSetCurve) {
 // optimizer's are timed at the bandwidth of all their bytes together; a device without an
 // in-place curve uses the one curve for both.
 TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
-  const Cost update{0, 10, 300, 200}, fill{0, 0, 0, 200}, add{0, 10, 200, 100};
-  EXPECT_TRUE(reads_what_it_writes(0b11, 2, update));   // sgd_update with momentum: p and buf
-  EXPECT_FALSE(reads_what_it_writes(0b01, 2, update));  // one output allocated
-  EXPECT_FALSE(reads_what_it_writes(0b1, 1, fill));     // fill_: the lines are fetched to be overwritten
-  EXPECT_TRUE(reads_what_it_writes(0b1, 1, add));
-  EXPECT_FALSE(reads_what_it_writes(0, 0, add));
+  EXPECT_TRUE(reads_what_it_writes(op_id<SgdUpdate>, 0b11, 2));   // with momentum: p and buf
+  EXPECT_TRUE(reads_what_it_writes(op_id<AdamUpdate>, 0b111, 3));
+  EXPECT_TRUE(reads_what_it_writes(op_id<AddInplace>, 0b1, 1));
+  EXPECT_FALSE(reads_what_it_writes(op_id<SgdUpdate>, 0b01, 2));  // one output allocated
+  EXPECT_FALSE(reads_what_it_writes(op_id<FillInplace>, 0b1, 1));  // the lines are fetched to be overwritten
+  EXPECT_FALSE(reads_what_it_writes(op_id<CopyInplace>, 0b1, 1));
+  EXPECT_FALSE(reads_what_it_writes(op_id_of("relu"), 0, 1));
+  EXPECT_FALSE(reads_what_it_writes(-1, 0b1, 1));
   EXPECT_TRUE(streams_with_the_optimizer(Phase::optimizer, true));
   EXPECT_FALSE(streams_with_the_optimizer(Phase::optimizer, false));  // zeroing gradients
   EXPECT_FALSE(streams_with_the_optimizer(Phase::backward, true));    // accumulating a gradient

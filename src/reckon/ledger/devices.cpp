@@ -133,7 +133,8 @@ constexpr int kCalibrationFormat = 18;  // 4-6: the op families (time_model.h; 5
                                         // 16: the small direct convolutions' work counted in
                                         // the lanes they issue, KernelCtx::lane_use; 17: the
                                         // inference engine's steps probed, their own lines;
-                                        // 18: the in-place bandwidth curve)
+                                        // 18: the in-place bandwidth curve, the updates timed
+                                        // on it, dropout probed on 4096 features)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.

@@ -187,7 +187,7 @@ LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
   }
   for (int id : n.outputs) outs.push_back(g.value(id).spec.shape);
   o.conv = conv_shape(o.name, ins, outs);
-  o.in_place = reads_what_it_writes(n.aliases, n.outputs.size(), n.cost);
+  o.in_place = reads_what_it_writes(n.op, n.aliases, n.outputs.size());
   o.has_output = !n.outputs.empty();
   if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
   return o;
@@ -213,7 +213,7 @@ LedgerOp ledger_op(const OpRecord& r) {
   LedgerOp o = ledger_op_common(r, r.op_id, r.op, r.backward);
   o.in_dtypes = r.in_dtypes;
   o.conv = conv_shape(o.name, r.in_shapes, r.out_shapes);
-  o.in_place = reads_what_it_writes(r.aliases, r.out_shapes.size(), r.cost);
+  o.in_place = reads_what_it_writes(r.op_id, r.aliases, r.out_shapes.size());
   o.has_output = !r.out_shapes.empty();
   if (o.has_output) o.out_shape = r.out_shapes[0];
   return o;
@@ -535,7 +535,7 @@ void row_times(Ledger& L, const std::vector<LedgerOp>& recs, const DeviceSpec& d
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < L.rows.size(); ++i) index[L.rows[i].scope] = i;
   // A layer is compute-bound when its ops' compute side outweighs their memory side, each op's
-  // bytes at the bandwidth of its own working set (DeviceSpec::bandwidth_at): on a device with one
+  // bytes at the bandwidth of its working set (time_model.h: memory_s): on a device with one
   // bandwidth, intensity >= the ridge.
   std::vector<double> compute_s(L.rows.size()), memory_s(L.rows.size());
   for (const LedgerOp& r : recs) {
@@ -622,6 +622,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     best_tail_s = std::min(best_tail_s, std::chrono::duration<double>(t1 - last).count());
     best_step_s = std::min(best_step_s, std::chrono::duration<double>(t1 - t0).count());
   }
+  set_working_sets(recs);  // (as the prediction's ops have them)
   M.ran = true;
   M.steps = cfg.measure_steps;
   M.step_s = best_tail_s;  // after the last op: the end of the step

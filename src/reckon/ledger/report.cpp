@@ -232,12 +232,18 @@ std::string format_ledger(const Ledger& l) {
                        d.roofline_families.empty() ? "" : fmt::format(" ({})", fmt::join(d.roofline_families, ", "))));
   for (const auto& d : l.times)
     if (d.device.name == "cpu" && !d.device.bandwidth_curve.empty()) {
-      std::vector<std::string> pts;
-      for (const auto& [bytes, bw] : d.device.bandwidth_curve)
-        pts.push_back(fmt::format("{} {:.0f}", format_mib(int64_t(bytes)), bw / 1e9));
+      auto points = [](const std::vector<std::pair<double, double>>& c) {
+        std::vector<std::string> pts;
+        for (const auto& [bytes, bw] : c) pts.push_back(fmt::format("{} {:.0f}", format_mib(int64_t(bytes)), bw / 1e9));
+        return fmt::format("{}", fmt::join(pts, ", "));
+      };
       line(fmt::format("  cpu: bandwidth by the bytes an op moves (GB/s; between two points interpolated, past the last "
                        "one the memory's): {}",
-                       fmt::join(pts, ", ")));
+                       points(d.device.bandwidth_curve)));
+      if (!d.device.inplace_bandwidth_curve.empty())
+        line(fmt::format("  cpu: in place (an op that writes what it read; the optimizer's updates at all their "
+                         "bytes together): {}",
+                         points(d.device.inplace_bandwidth_curve)));
     }
   for (const auto& d : l.times)
     if (d.device.name == "cpu")
@@ -366,15 +372,19 @@ std::string ledger_json(const Ledger& l) {
                  {"process_peak_bytes", l.memory.process_peak_bytes}};
   json times = json::array();
   for (const auto& d : l.times) {
-    json curve = json::array();
-    for (const auto& [bytes, bw] : d.device.bandwidth_curve) curve.push_back({{"bytes", bytes}, {"bandwidth_bytes", bw}});
+    auto curve = [](const std::vector<std::pair<double, double>>& c) {
+      json a = json::array();
+      for (const auto& [bytes, bw] : c) a.push_back({{"bytes", bytes}, {"bandwidth_bytes", bw}});
+      return a;
+    };
     times.push_back({{"device", d.device.name},
                      {"description", d.device.description},
                      {"source", d.device.source},
                      {"precision", d.precision},
                      {"peak_flops", d.peak_flops},
                      {"bandwidth_bytes", d.device.bandwidth_bytes},
-                     {"bandwidth_curve", curve},
+                     {"bandwidth_curve", curve(d.device.bandwidth_curve)},
+                     {"inplace_bandwidth_curve", curve(d.device.inplace_bandwidth_curve)},
                      {"memory_bytes", d.device.memory_bytes},
                      {"op_overhead_s", d.device.op_overhead_s},
                      {"winograd_speedup", d.device.winograd_speedup},

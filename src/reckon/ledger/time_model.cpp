@@ -11,6 +11,7 @@
 #include "reckon/nn/models/resnet.h"
 #include "reckon/nn/module.h"
 #include "reckon/ops/functional.h"
+#include "reckon/ops/op_list.h"
 #include "reckon/ops/op.h"
 #include "reckon/optim/factory.h"
 #include "reckon/optim/step.h"
@@ -92,22 +93,26 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double 
   return algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
 }
 
-bool reads_what_it_writes(uint32_t aliases, size_t outputs, const Cost& c) {
-  if (outputs == 0 || outputs >= 32 || aliases != (uint32_t(1) << outputs) - 1) return false;
-  return c.bytes_written > 0 && c.bytes_read >= c.bytes_written;
+bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs) {
+  if (op < 0 || outputs == 0 || outputs >= 32 || aliases != (uint32_t(1) << outputs) - 1) return false;
+  return !op_info(op).overwrites;
 }
 
 bool streams_with_the_optimizer(Phase phase, bool in_place) { return phase == Phase::optimizer && in_place; }
 
+double memory_s(const DeviceSpec& d, double bytes, bool in_place, double working_set) {
+  return bytes / d.bandwidth_at(std::max(bytes, working_set), in_place);
+}
+
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision, bool in_place,
                   double working_set) {
-  return std::max(flops / d.peak(precision), bytes / d.bandwidth_at(std::max(bytes, working_set), in_place));
+  return std::max(flops / d.peak(precision), memory_s(d, bytes, in_place, working_set));
 }
 
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
                ConvShape shape, double flops, double bytes, bool in_place, double working_set) {
   OpTime t;
-  const double tc = flops / d.peak(precision), tm = bytes / d.bandwidth_at(std::max(bytes, working_set), in_place);
+  const double tc = flops / d.peak(precision), tm = memory_s(d, bytes, in_place, working_set);
   t.compute_s = tc, t.memory_s = tm;
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
@@ -217,8 +222,8 @@ using Clock = std::chrono::steady_clock;
 // stride 1 and 2, ReLU6, the residual add); a wide 1x1 convolution with a bias; local response
 // norm (f32 under autocast, so what follows it is cast back); a wide 3x3 convolution; max
 // pooling; two 3x3 convolutions to 512 channels on the smallest images (4x4 at most, as deep
-// layers have); the global average; dropout on 512 and on 4096 features (its line fitted on the
-// 512 alone, 2 to 24 images' worth, timed alexnet_tv's on 32 x 9216 at 16x its measured time);
+// layers have); the global average; dropout on 512 and on 4096 features (fitted on the 512 alone,
+// 2 to 24 images' worth, its line had timed alexnet_tv's on 32 x 9216 at 16x its measured time);
 // and linear layers whose 10.5 M parameters are more than the caches hold (the updates stream
 // them from memory).
 class WideProbe : public nn::Module {
@@ -334,7 +339,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           s.impl = r.impl;
           s.precision = compute_precision(r.in_dtypes);
           s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
-          const bool in_place = reads_what_it_writes(r.aliases, r.out_shapes.size(), r.cost);
+          const bool in_place = reads_what_it_writes(r.op_id, r.aliases, r.out_shapes.size());
           traffic.push_back({device_flops(d, r.cost, r.algo, r.lane_use),
                              double(r.cost.bytes_read + r.cost.bytes_written), in_place,
                              streams_with_the_optimizer(r.phase, in_place)});

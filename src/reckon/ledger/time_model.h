@@ -49,12 +49,13 @@ std::string compute_precision(std::span<const DType> inputs);
 // a kernel that fills only lane_use of its vectors' lanes (KernelCtx::lane_use) issues FLOPs /
 // lane_use.
 double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0);
-// Whether an op call streams in place: every output is an input it writes in place (aliases: bit
-// i for output i) and it reads at least what it writes (an optimizer's update, add_), so no line
-// it writes is fetched only to be overwritten (a fill is: it reads nothing). Its bytes are timed
-// against the in-place bandwidth (DeviceSpec::inplace_bandwidth_curve): alexnet_tv's SGD update
-// of 61 M parameters ran at 50 GB/s where the relus' curve gave 25, and was predicted at 2x.
-bool reads_what_it_writes(uint32_t aliases, size_t outputs, const Cost& c);
+// Whether a call of op `op` (its id, ops/op_list.h) streams in place: every output is an input it
+// writes in place (aliases: bit i for output i), after reading it (an optimizer's update, add_; not
+// fill_ nor copy_, OpInfo::overwrites, which fetch the lines they overwrite as an out-of-place op
+// fetches its output's). Its bytes are timed against the in-place bandwidth
+// (DeviceSpec::inplace_bandwidth_curve): alexnet_tv's SGD update of 61 M parameters ran at 50 GB/s
+// where the relus' curve gave 25, and was predicted at 2x.
+bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs);
 // The optimizer phase's ops that read what they write (the updates, the loss scaler's unscale)
 // stream every parameter, gradient and state one after the other, data the backward pass last
 // touched long before: each is timed at the bandwidth of all their bytes together (the
@@ -62,8 +63,10 @@ bool reads_what_it_writes(uint32_t aliases, size_t outputs, const Cost& c);
 // parameters, 47 MB moved, ran at 45 GB/s, the in-place curve's memory bandwidth, where the curve
 // gives 80 at that size.)
 bool streams_with_the_optimizer(Phase phase, bool in_place);
-// max(flops / peak, bytes / bandwidth), the bandwidth at max(bytes, working_set)
-// (DeviceSpec::bandwidth_at; in_place: reads_what_it_writes).
+// bytes / bandwidth, the bandwidth at max(bytes, working_set) (DeviceSpec::bandwidth_at; in_place:
+// reads_what_it_writes).
+double memory_s(const DeviceSpec& d, double bytes, bool in_place = false, double working_set = 0);
+// max(flops / peak, memory_s).
 double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::string& precision,
                   bool in_place = false, double working_set = 0);
 
@@ -94,7 +97,8 @@ struct OpTime {
   // implementations) or "roofline": which line timed it.
   const char* source = "roofline";
 };
-// flops: what the op computes at the device's rate (Winograd already discounted). The lines
+// flops: what the op computes at the device's rate (Winograd already discounted); bytes, in_place
+// and working_set: its traffic, as memory_s takes it. The lines
 // tried in turn: the family with its shape class, the op's with its shape class (the shape decides
 // more than the implementation), both again with the width class alone ("wide" for "wide
 // small": its line is fitted on the calls of both image sizes), then without a class; else the

@@ -13,6 +13,9 @@
 //   kAmp = AmpPolicy::lower    optional: its mixed-precision rule (ops/autocast.h; default promote)
 //   alias_of(out, attrs)       optional: an in-place op's output `out` is input alias_of(...) itself
 //                              (written in place, not allocated); -1 for an output it allocates
+//   kOverwrites = true         optional, with alias_of: it writes its in-place outputs without
+//                              reading them first (fill_, copy_), which the ledger's bandwidth tells
+//                              apart from an update that reads what it writes (ledger/time_model.h)
 //   kClass = OpClass::conv     optional: what the ledger groups it by (conv, linear, update, write)
 //   kTakesStrided = true       optional: its kernels take strided inputs (else the dispatcher
 //                              makes them dense first, with a recorded `contiguous` op)

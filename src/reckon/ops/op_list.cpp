@@ -203,6 +203,7 @@ OpInfo info_of() {
   i.is_view = HasViewKernel<Op>;
   i.takes_strided = takes_strided<Op>();
   i.has_in_place = HasInPlace<Op>;
+  if constexpr (requires { Op::kOverwrites; }) i.overwrites = Op::kOverwrites;
   i.op_class = op_class<Op>();
   i.call = &call_entry<Op>;
   i.copy_attrs = &copy_entry<Op>;

@@ -71,6 +71,7 @@ struct OpInfo {
   bool is_view = false;
   bool takes_strided = false;   // its kernels read strided inputs (else callers make them dense)
   bool has_in_place = false;    // some output may be an input written in place (Op::alias_of)
+  bool overwrites = false;      // it writes those outputs without reading them (Op::kOverwrites)
   bool random = false;          // draws a seed per call (Op::reseed)
   OpClass op_class = OpClass::other;
   // call<Op>(in, attrs) with the attributes given as a pointer to Op::Attrs.

@@ -53,6 +53,7 @@ struct FillInplace {
   static constexpr std::string_view kNotExportable = "an in-place write of training state";
   static constexpr std::string_view kNoGradient = "an in-place write";
   static constexpr OpClass kClass = OpClass::write;
+  static constexpr bool kOverwrites = true;
   static constexpr bool kTakesStrided = true;
   struct A {
     double value = 0.0;
@@ -70,6 +71,7 @@ struct CopyInplace {
   static constexpr std::string_view kNotExportable = "an in-place write of training state";
   static constexpr std::string_view kNoGradient = "an in-place write";
   static constexpr OpClass kClass = OpClass::write;
+  static constexpr bool kOverwrites = true;
   static constexpr bool kTakesStrided = true;
   static int alias_of(int out, const NoAttrs&) { return out == 0 ? 0 : -1; }
   RK_OP_DECLS(NoAttrs);
