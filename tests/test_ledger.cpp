@@ -249,6 +249,9 @@ void expect_peak_within(const std::string& name, int64_t batch, const std::strin
   EXPECT_GT(l.measured.process_peak_bytes, 0);
   EXPECT_GT(l.measured.step_s, 0.0);
   for (const auto& r : l.rows) EXPECT_GE(r.measured_s, 0.0) << r.scope;
+  // The cpu's speed just after, which the report sets beside its calibration's.
+  EXPECT_GT(l.measured.fp32_flops_now, 1e9);
+  EXPECT_NE(format_ledger(l).find("this cpu's fp32 peak just after"), std::string::npos);
 }
 }  // namespace
 

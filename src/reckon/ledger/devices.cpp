@@ -450,6 +450,22 @@ void use_cached_cpu_calibration() {
   g_use_cached = true;
 }
 
+namespace {
+// The peaks' product: y = x w^T with x, w kPeakN x kPeakN.
+constexpr int64_t kPeakN = 1024;
+std::pair<Tensor, Tensor> peak_operands() {
+  Tensor x = Tensor::empty({kPeakN, kPeakN}), w = Tensor::empty({kPeakN, kPeakN});
+  fill_uniform_(x, -1, 1);
+  fill_uniform_(w, -1, 1);
+  return {x, w};
+}
+}  // namespace
+
+double fp32_flops_now() {
+  auto [x, w] = peak_operands();
+  return 2.0 * double(kPeakN * kPeakN * kPeakN) / time_runs(15, [&] { linear(x, w); }).best;
+}
+
 DeviceSpec calibrate_cpu() {
   KeepDefaultGenerator keep;  // its fills and the probe's weights and dropout draw from it
   NoGrad no_grad;
@@ -472,12 +488,10 @@ DeviceSpec calibrate_cpu() {
     return t.best;
   };
   {
-    // fp32 peak: y = x w^T with x, w 1024 x 1024 (1.07 G MACs), reckon's linear op (oneDNN).
-    // Many short runs, the best kept: a machine shared with other jobs has quiet moments.
-    const int64_t n = 1024;
-    Tensor x = Tensor::empty({n, n}), w = Tensor::empty({n, n});
-    fill_uniform_(x, -1, 1);
-    fill_uniform_(w, -1, 1);
+    // fp32 peak: peak_operands' product (1.07 G MACs), reckon's linear op (oneDNN). Many short
+    // runs, the best kept: a machine shared with other jobs has quiet moments.
+    const int64_t n = kPeakN;
+    auto [x, w] = peak_operands();
     double s = note(time_runs(15, [&] { linear(x, w); }));
     d.fp32_flops = 2.0 * double(n * n * n) / s;
     // bf16 peak: the same product in bf16 (oneDNN's avx512_core_bf16 kernels where the cpu has

@@ -160,6 +160,7 @@ struct LedgerMeasured {
   double step_s = 0;                 // sum of the per-op best times + the (best) time after the last op
   double optimizer_s = 0;            // the optimizer phase's ops (best per op), in step_s
   double best_step_wall_s = 0;       // the fastest timed step, wall clock
+  double fp32_flops_now = 0;         // the cpu's fp32 peak just after the timed steps (devices.h)
 };
 
 // One point of the step's memory timeline: live bytes by tag on the meta device right after an op

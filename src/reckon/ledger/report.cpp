@@ -295,6 +295,11 @@ std::string format_ledger(const Ledger& l) {
   line(fmt::format("  {:<{}} {:>14} {:>13} {:>8}", "step", wscope + 2, fmt_ms(pred_sum), fmt_ms(m.step_s),
                    fmt_err(pred_sum, m.step_s)));
   line(fmt::format("  (the fastest whole step took {} ms)", fmt_ms(m.best_step_wall_s)));
+  for (const auto& d : l.times)
+    if (d.device.name == "cpu" && d.device.fp32_flops > 0 && m.fp32_flops_now > 0)
+      line(fmt::format("  (this cpu's fp32 peak just after: {:.0f} GFLOP/s, {:.0f}% of the {:.0f} it was calibrated at; "
+                       "the prediction is at the calibration's speed)",
+                       m.fp32_flops_now / 1e9, 100 * m.fp32_flops_now / d.device.fp32_flops, d.device.fp32_flops / 1e9));
   return o;
 }
 
@@ -409,6 +414,9 @@ std::string ledger_json(const Ledger& l) {
   j["time"] = times;
   if (l.measured.ran) {
     const LedgerMeasured& m = l.measured;
+    double cpu_speed = 0;  // the fp32 peak just after the steps over the calibration's
+    for (const auto& d : l.times)
+      if (d.device.name == "cpu" && d.device.fp32_flops > 0) cpu_speed = m.fp32_flops_now / d.device.fp32_flops;
     j["measured"] = {{"steps", m.steps},
                      {"at_peak_bytes", tags(m.memory.at_peak_bytes)},
                      {"tag_peak_bytes", tags(m.memory.tag_peak_bytes)},
@@ -423,6 +431,8 @@ std::string ledger_json(const Ledger& l) {
                      {"first_run_bytes", m.first_run_bytes},
                      {"step_s", m.step_s},
                      {"best_step_wall_s", m.best_step_wall_s},
+                     {"fp32_flops_now", m.fp32_flops_now},
+                     {"cpu_speed", cpu_speed},
                      {"optimizer_s", m.optimizer_s}};
   }
   return j.dump(1) + "\n";
