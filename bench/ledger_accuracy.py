@@ -22,6 +22,11 @@ listed with its error. The calibration is whatever the cache holds for each thre
 `reckon ledger lenet5 --batch 1 --recalibrate` first on a quiet machine, once per thread
 count). Not a test: nothing here fails on a wrong prediction. The machine is shared: run it
 quiet, and repeat the cases that look off.
+
+    python3 bench/ledger_accuracy.py --inference [--models ...] [--batches 1,32] [--precisions fp32,int8]
+
+does the same for the deployment ledger: `reckon ledger MODEL --batch B --inference --precision P
+--measure --json`, its predicted latency against the engine's measured p50.
 """
 import argparse
 import json
@@ -65,6 +70,52 @@ def run_ledger(reckon, model, batch, inp, precision, optimizer, threads, measure
     return json.loads(p.stdout)
 
 
+def inference_grid(a, models):
+    """The deployment ledger's latency (`reckon ledger M --inference --measure`): predicted
+    against the engine's measured p50, per model, batch, input, precision and thread count."""
+    print("| model | batch | input | precision | threads | predicted ms | measured p50 ms | error |")
+    print("|---|---:|---|---|---:|---:|---:|---:|")
+    rows = []
+    for model in models:
+        inputs = a.inputs.split(",") if a.inputs else ["default"]
+        for batch in [int(b) for b in a.batches.split(",")]:
+            for inp in inputs:
+                for prec in a.precisions.split(","):
+                    for th in [int(t) for t in a.threads.split(",")]:
+                        row = {"model": model, "batch": batch, "input": inp, "precision": prec, "threads": th}
+                        cmd = [a.reckon, "ledger", model, "--batch", str(batch), "--inference", "--precision", prec,
+                               "--measure", "--json"] + ([] if inp == "default" else ["--input", inp])
+                        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                                           env=dict(os.environ, OMP_NUM_THREADS=str(th)))
+                        head = f"| {model} | {batch} | {inp} | {prec} | {th} |"
+                        if p.returncode != 0:
+                            row["failed"] = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1][:120]
+                            print(head + f" | | failed: {row['failed']} |", flush=True)
+                        else:
+                            d = json.loads(p.stdout)
+                            row["predicted_s"] = d["totals"]["predicted_latency_ms"] / 1e3
+                            row["measured_s"] = d["measured"]["p50_ms"] / 1e3
+                            row["error"] = row["predicted_s"] / row["measured_s"] - 1
+                            print(head + f" {1e3 * row['predicted_s']:.3f} | {1e3 * row['measured_s']:.3f} | "
+                                  f"{100 * row['error']:+.0f}% |", flush=True)
+                        rows.append(row)
+    return rows
+
+
+def summary(rows):
+    done = [r for r in rows if "measured_s" in r]
+    if not done:
+        return
+    within = sum(1 for r in done if abs(r["error"]) <= 0.15)
+    errs = [abs(r["error"]) for r in done]
+    line = (f"\n{len(done)} cases measured ({len(rows) - len(done)} skipped or failed): {within} within 15% "
+            f"(median |error| {100 * statistics.median(errs):.0f}%, worst {100 * max(errs):.0f}%)")
+    if all("big_layers" in r for r in done):
+        line += (f"; layers over 5% of their step: {sum(r['big_layers_within_30'] for r in done)} of "
+                 f"{sum(r['big_layers'] for r in done)} within 30%")
+    print(line)
+
+
 def cpu_time(d):
     for t in d["time"]:
         if t["device"] == "cpu":
@@ -82,6 +133,8 @@ def main():
     ap.add_argument("--optimizers", default="sgd,adamw")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--measure-steps", type=int, default=3)
+    ap.add_argument("--inference", action="store_true",
+                    help="the deployment ledger instead (precisions fp32,int8 unless given; no optimizer)")
     ap.add_argument("--max-case-seconds", type=float, default=60.0)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -91,6 +144,15 @@ def main():
     else:
         out = subprocess.run([a.reckon, "models", "--json"], capture_output=True, text=True, check=True).stdout
         models = [m["name"] for m in json.loads(out)]
+    if a.inference:
+        if a.precisions == "fp32,bf16":
+            a.precisions = "fp32,int8"
+        rows = inference_grid(a, models)
+        summary(rows)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
     rows = []
     print("| model | batch | input | precision | optimizer | threads | predicted ms | measured ms | error | "
           "cpu speed | "
@@ -137,15 +199,7 @@ def main():
                             rows.append(row)
                             print(fmt_row(row), flush=True)
 
-    done = [r for r in rows if "measured_s" in r]
-    if done:
-        within = sum(1 for r in done if abs(r["error"]) <= 0.15)
-        big = sum(r["big_layers"] for r in done)
-        big_ok = sum(r["big_layers_within_30"] for r in done)
-        errs = [abs(r["error"]) for r in done]
-        print(f"\n{len(done)} cases measured ({len(rows) - len(done)} skipped or failed): {within} within 15% "
-              f"(median |error| {100 * statistics.median(errs):.0f}%, worst {100 * max(errs):.0f}%); "
-              f"layers over 5% of their step: {big_ok} of {big} within 30%")
+    summary(rows)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
