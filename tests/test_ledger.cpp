@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -720,9 +721,9 @@ TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
   EXPECT_FALSE(reads_what_it_writes(op_id<CopyInplace>, 0b1, 1));
   EXPECT_FALSE(reads_what_it_writes(op_id_of("relu"), 0, 1));
   EXPECT_FALSE(reads_what_it_writes(-1, 0b1, 1));
-  EXPECT_TRUE(streams_with_the_optimizer(Phase::optimizer, true));
-  EXPECT_FALSE(streams_with_the_optimizer(Phase::optimizer, false));  // zeroing gradients
-  EXPECT_FALSE(streams_with_the_optimizer(Phase::backward, true));    // accumulating a gradient
+  EXPECT_EQ(working_set_of(Phase::optimizer, true), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(working_set_of(Phase::optimizer, false), 0.0);  // zeroing gradients
+  EXPECT_EQ(working_set_of(Phase::backward, true), 0.0);    // accumulating a gradient
 
   DeviceSpec d;
   d.name = "cpu";
@@ -736,10 +737,12 @@ TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
   EXPECT_DOUBLE_EQ(d.bandwidth_at(2e9, false), 20e9);
   EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 2e9, true).roofline_s, 0.05, 1e-12);
   EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 2e9, false).roofline_s, 0.1, 1e-12);
-  // 1 MB of an update that streams with 2 GB of others: at memory speed, not the caches'.
+  // 1 MB of an optimizer's update: at the memory's speed, not the caches'.
+  const double ws = working_set_of(Phase::optimizer, true);
   EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true).roofline_s, 1e6 / 150e9, 1e-15);
-  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true, 2e9).roofline_s, 1e6 / 40e9, 1e-15);
-  EXPECT_NEAR(roofline_s(d, 0, 1e6, "fp32", true, 2e9), 1e6 / 40e9, 1e-15);
+  EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true, ws).roofline_s, 1e6 / 40e9, 1e-15);
+  EXPECT_NEAR(roofline_s(d, 0, 1e6, "fp32", true, ws), 1e6 / 40e9, 1e-15);
+  EXPECT_NEAR(memory_s(d, 1e6, false, 2e9), 1e6 / 20e9, 1e-15);
 }
 
 namespace {

@@ -142,8 +142,6 @@ struct LedgerOp {
   Shape out_shape;        // of output 0
   ConvShape conv;         // a convolution's or matrix product's shape class inputs (time_model.h), else 0s
   bool in_place = false;  // reads_what_it_writes (time_model.h): timed at the in-place bandwidth
-  double working_set_bytes = 0;  // the bytes its bandwidth is taken at, when more than its own
-                                 // (streams_with_the_optimizer: the whole update's; set_working_sets)
   int64_t workspace_bytes = 0, saved_bytes = 0;
 };
 
@@ -192,20 +190,10 @@ LedgerOp ledger_op(const graph::Graph& g, const graph::Node& n) {
   if (o.has_output) o.out_shape = g.value(n.outputs[0]).spec.shape;
   return o;
 }
-// A step's ops that stream with the optimizer (time_model.h) get the bytes of all of them.
-void set_working_sets(std::vector<LedgerOp>& ops) {
-  double bytes = 0;
-  for (const LedgerOp& o : ops)
-    if (streams_with_the_optimizer(o.phase, o.in_place)) bytes += double(o.cost.bytes_read + o.cost.bytes_written);
-  for (LedgerOp& o : ops)
-    if (streams_with_the_optimizer(o.phase, o.in_place)) o.working_set_bytes = bytes;
-}
-
 std::vector<LedgerOp> ledger_ops(const graph::Graph& g) {
   std::vector<LedgerOp> r;
   r.reserve(g.nodes.size());
   for (const auto& n : g.nodes) r.push_back(ledger_op(g, n));
-  set_working_sets(r);
   return r;
 }
 
@@ -491,7 +479,8 @@ double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(
 // An op's time on a device by the time model (time_model.h): its family's line over the roofline.
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
   return op_time(dev, r.name, r.impl, op_precision(r), r.conv, op_flops(dev, r),
-                 double(r.cost.bytes_read + r.cost.bytes_written), r.in_place, r.working_set_bytes);
+                 double(r.cost.bytes_read + r.cost.bytes_written), r.in_place,
+                 working_set_of(r.phase, r.in_place));
 }
 
 // Every op's time on one device; per row into time_s (or cpu_time_s). An op's fixed cost is
@@ -622,7 +611,6 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     best_tail_s = std::min(best_tail_s, std::chrono::duration<double>(t1 - last).count());
     best_step_s = std::min(best_step_s, std::chrono::duration<double>(t1 - t0).count());
   }
-  set_working_sets(recs);  // (as the prediction's ops have them)
   M.ran = true;
   M.steps = cfg.measure_steps;
   M.step_s = best_tail_s;  // after the last op: the end of the step

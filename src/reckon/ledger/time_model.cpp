@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "reckon/core/allocator.h"
@@ -98,7 +99,9 @@ bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs) {
   return !op_info(op).overwrites;
 }
 
-bool streams_with_the_optimizer(Phase phase, bool in_place) { return phase == Phase::optimizer && in_place; }
+double working_set_of(Phase phase, bool in_place) {
+  return phase == Phase::optimizer && in_place ? std::numeric_limits<double>::infinity() : 0.0;
+}
 
 double memory_s(const DeviceSpec& d, double bytes, bool in_place, double working_set) {
   return bytes / d.bandwidth_at(std::max(bytes, working_set), in_place);
@@ -325,11 +328,6 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
   step();
   std::vector<FamilySample> samples;
   std::vector<double> best;
-  struct Traffic {
-    double flops, bytes;
-    bool in_place, optimizer;
-  };
-  std::vector<Traffic> traffic;  // the first step's, for the rooflines once the step is over
   for (int k = 0; k < timed; ++k) {
     size_t i = 0;
     auto last = Clock::now();
@@ -343,9 +341,9 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           s.precision = compute_precision(r.in_dtypes);
           s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
           const bool in_place = reads_what_it_writes(r.op_id, r.aliases, r.out_shapes.size());
-          traffic.push_back({device_flops(d, r.cost, r.algo, r.lane_use),
-                             double(r.cost.bytes_read + r.cost.bytes_written), in_place,
-                             streams_with_the_optimizer(r.phase, in_place)});
+          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo, r.lane_use),
+                                    double(r.cost.bytes_read + r.cost.bytes_written), s.precision, in_place,
+                                    working_set_of(r.phase, in_place));
           samples.push_back(std::move(s));
           best.push_back(1e30);
         }
@@ -358,13 +356,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
       step();
     }
   }
-  double optimizer_bytes = 0;
-  for (const Traffic& t : traffic)
-    if (t.optimizer) optimizer_bytes += t.bytes;
   for (size_t i = 0; i < samples.size(); ++i) {
-    const Traffic& t = traffic[i];
-    samples[i].roofline_s =
-        roofline_s(d, t.flops, t.bytes, samples[i].precision, t.in_place, t.optimizer ? optimizer_bytes : 0);
     if (best[i] >= 1e30) continue;  // never matched
     samples[i].measured_s = best[i];
     out.push_back(std::move(samples[i]));

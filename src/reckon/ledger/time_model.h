@@ -56,13 +56,14 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double 
 // (DeviceSpec::inplace_bandwidth_curve): alexnet_tv's SGD update of 61 M parameters ran at 50 GB/s
 // where the relus' curve gave 25, and was predicted at 2x.
 bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs);
-// The optimizer phase's ops that read what they write (the updates, the loss scaler's unscale)
-// stream every parameter, gradient and state one after the other, data the backward pass last
-// touched long before: each is timed at the bandwidth of all their bytes together (the
-// working_set of roofline_s and op_time), not at its own size's. (The probe's update of 2.4 M
-// parameters, 47 MB moved, ran at 45 GB/s, the in-place curve's memory bandwidth, where the curve
-// gives 80 at that size.)
-bool streams_with_the_optimizer(Phase phase, bool in_place);
+// The working set an op's bytes are timed at: its own (0), except for the optimizer phase's ops
+// that read what they write (the updates, the loss scaler's unscale): those at the memory's
+// (infinity). Their data were last written by the backward pass, long before on a large model
+// (the probe's update of 2.4 M parameters, 47 MB moved, ran at 45 GB/s, the in-place curve's
+// memory bandwidth, where the curve gives 80 at that size), and on a small one by whichever core
+// ran that part of it, while both threads split the update (LeNet-5's 48 k-parameter update,
+// 0.96 MB, took 29 us in its step, at 33 GB/s; alone and hot it runs at 130).
+double working_set_of(Phase phase, bool in_place);
 // bytes / bandwidth, the bandwidth at max(bytes, working_set) (DeviceSpec::bandwidth_at; in_place:
 // reads_what_it_writes).
 double memory_s(const DeviceSpec& d, double bytes, bool in_place = false, double working_set = 0);
