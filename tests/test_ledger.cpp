@@ -872,6 +872,7 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   // skinny; its weight gradient dy^T x (120 x 400 over K = the batch) likewise.
   EXPECT_EQ(conv_class(conv_shape("linear", {{128, 400}, {120, 400}, {120}}, {{128, 120}})), "broad");
   EXPECT_EQ(conv_class(conv_shape("linear", {{8, 400}, {120, 400}, {120}}, {{8, 120}})), "skinny");
+  EXPECT_EQ(conv_class(conv_shape("linear", {{32, 400}, {120, 400}, {120}}, {{32, 120}})), "slim");
   EXPECT_EQ(conv_shape("matmul", {{120, 128}, {128, 400}}, {{120, 400}}).width, 120);
   EXPECT_EQ(conv_shape("matmul", {{8, 120}, {8, 400}}, {{120, 400}}).width, 8);  // a transposed: (K, M)
   EXPECT_EQ(conv_class(conv_shape("matmul", {{4, 64, 10}, {10, 64}}, {{4, 64, 64}})), "skinny");
@@ -893,12 +894,12 @@ TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
     EXPECT_GE(f.scale, kMinFamilyScale);
     EXPECT_GE(f.samples, 1);
   }
-  // Matrix products have lines of their own for both shape classes (the zoo's steps below, at
+  // Matrix products have lines of their own for every shape class (the zoo's steps below, at
   // batch 4, are all skinny; a broad one would otherwise fall back to the class-less line), in
   // bf16 too where autocast keeps small linear layers f32 (the probe has one over that size).
   for (const char* op : {"linear", "matmul"})
     for (const char* precision : {"fp32", "bf16"})
-      for (const char* cls : {"skinny", "broad"})
+      for (const char* cls : {"skinny", "slim", "broad"})
         EXPECT_TRUE(cpu.op_families.count(time_family_of_op(op, precision, cls))) << op << " " << precision << " " << cls;
   struct Case {
     const char* model;

@@ -135,7 +135,8 @@ constexpr int kCalibrationFormat = 19;  // 4-6: the op families (time_model.h; 5
                                         // inference engine's steps probed, their own lines;
                                         // 18: the in-place bandwidth curve, the updates timed
                                         // on it, dropout probed on 4096 features; 19: a
-                                        // stride-1 max pooling probed)
+                                        // stride-1 max pooling probed, matrix products of
+                                        // 16 to 47 rows their own class)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.

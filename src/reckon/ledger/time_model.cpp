@@ -42,7 +42,7 @@ ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const s
 
 std::string conv_class(ConvShape c) {
   if (c.width <= 0) return "";
-  if (c.matmul) return c.width < kSkinnyMatmul ? "skinny" : "broad";
+  if (c.matmul) return c.width < kSlimMatmul ? "skinny" : c.width < kSkinnyMatmul ? "slim" : "broad";
   if (c.width <= 4) return "few";
   if (c.width < 32) return "narrow";
   const bool small = c.out_hw > 0 && c.out_hw < 64;
@@ -271,7 +271,8 @@ class WideProbe : public nn::Module {
 // roofline where this one runs at 2.4x, and had timed LeNet-5's first layer at 2.6x its measured
 // time on a Xeon). The first linear layer has 108 x 640 weights: over kSmallLinearWeights, so it
 // runs bf16 on every cpu (ops/matmul.h) and its products at batch 48 and 384 give the broad bf16
-// lines.
+// lines; at batch 32, the slim lines' small products (the wide probe's at batch 24 are 0.3-1.3 ms:
+// fitted on those alone, a slim line's fixed cost came out at 0.1-0.5 ms).
 class NarrowProbe : public nn::Module {
  public:
   NarrowProbe() : Module("TimeProbe") {
@@ -369,7 +370,8 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
 
 std::vector<ProbeNetwork> probe_networks() {
   return {{std::make_shared<WideProbe>(), {Shape{2, 3, 40, 40}, Shape{8, 3, 72, 72}, Shape{24, 3, 128, 128}}},
-          {std::make_shared<NarrowProbe>(), {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}},
+          {std::make_shared<NarrowProbe>(),
+           {Shape{4, 1, 26, 26}, Shape{32, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}},
           {std::make_shared<FirstLayerProbe>(), {Shape{4, 1, 26, 26}, Shape{48, 1, 26, 26}, Shape{384, 1, 26, 26}}}};
 }
 
