@@ -85,19 +85,22 @@ def inference_grid(a, models):
                         row = {"model": model, "batch": batch, "input": inp, "precision": prec, "threads": th}
                         cmd = [a.reckon, "ledger", model, "--batch", str(batch), "--inference", "--precision", prec,
                                "--measure", "--json"] + ([] if inp == "default" else ["--input", inp])
-                        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                                           env=dict(os.environ, OMP_NUM_THREADS=str(th)))
                         head = f"| {model} | {batch} | {inp} | {prec} | {th} |"
-                        if p.returncode != 0:
-                            row["failed"] = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1][:120]
-                            print(head + f" | | failed: {row['failed']} |", flush=True)
-                        else:
+                        try:
+                            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                                               env=dict(os.environ, OMP_NUM_THREADS=str(th)))
+                            if p.returncode != 0:
+                                raise RuntimeError((p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1])
                             d = json.loads(p.stdout)
                             row["predicted_s"] = d["totals"]["predicted_latency_ms"] / 1e3
                             row["measured_s"] = d["measured"]["p50_ms"] / 1e3
                             row["error"] = row["predicted_s"] / row["measured_s"] - 1
                             print(head + f" {1e3 * row['predicted_s']:.3f} | {1e3 * row['measured_s']:.3f} | "
                                   f"{100 * row['error']:+.0f}% |", flush=True)
+                        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
+                            row.pop("measured_s", None)
+                            row["failed"] = str(e)[:120]
+                            print(head + f" | | failed: {row['failed']} |", flush=True)
                         rows.append(row)
     return rows
 
@@ -129,12 +132,13 @@ def main():
     ap.add_argument("--models", default="")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--inputs", default="", help="comma list (default: each model's default and OTHER_INPUTS)")
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default=None, help="comma list (default fp32,bf16; with --inference fp32,int8)")
     ap.add_argument("--optimizers", default="sgd,adamw")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--measure-steps", type=int, default=3)
     ap.add_argument("--inference", action="store_true",
-                    help="the deployment ledger instead (precisions fp32,int8 unless given; no optimizer)")
+                    help="the deployment ledger instead (precisions fp32,int8 unless given; no optimizer; "
+                         "--max-case-seconds and --measure-steps do not apply: the engine times its own runs)")
     ap.add_argument("--max-case-seconds", type=float, default=60.0)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -144,9 +148,9 @@ def main():
     else:
         out = subprocess.run([a.reckon, "models", "--json"], capture_output=True, text=True, check=True).stdout
         models = [m["name"] for m in json.loads(out)]
+    if a.precisions is None:
+        a.precisions = "fp32,int8" if a.inference else "fp32,bf16"
     if a.inference:
-        if a.precisions == "fp32,bf16":
-            a.precisions = "fp32,int8"
         rows = inference_grid(a, models)
         summary(rows)
         if a.json:

@@ -710,8 +710,8 @@ TEST(TimeModel, BandwidthFollowsTheWorkingSetCurve) {
 }
 
 // An op that reads what it writes in place (an update, add_) is timed on the in-place curve; the
-// optimizer's are timed at the bandwidth of all their bytes together; a device without an
-// in-place curve uses the one curve for both.
+// optimizer's at its last point, the memory's (working_set_of: infinity); a device without an
+// in-place curve uses the one curve for both, and one without a curve its one bandwidth.
 TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
   EXPECT_TRUE(reads_what_it_writes(op_id<SgdUpdate>, 0b11, 2));   // with momentum: p and buf
   EXPECT_TRUE(reads_what_it_writes(op_id<AdamUpdate>, 0b111, 3));
@@ -743,6 +743,9 @@ TEST(TimeModel, InPlaceStreamsHaveTheirOwnBandwidth) {
   EXPECT_NEAR(op_time(d, "sgd_update", "", "fp32", {}, 0, 1e6, true, ws).roofline_s, 1e6 / 40e9, 1e-15);
   EXPECT_NEAR(roofline_s(d, 0, 1e6, "fp32", true, ws), 1e6 / 40e9, 1e-15);
   EXPECT_NEAR(memory_s(d, 1e6, false, 2e9), 1e6 / 20e9, 1e-15);
+  DeviceSpec gpu;
+  gpu.bandwidth_bytes = 3e12;
+  EXPECT_NEAR(memory_s(gpu, 1e6, true, ws), 1e6 / 3e12, 1e-18);
 }
 
 namespace {
@@ -873,6 +876,10 @@ TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   EXPECT_EQ(conv_class(conv_shape("linear", {{128, 400}, {120, 400}, {120}}, {{128, 120}})), "broad");
   EXPECT_EQ(conv_class(conv_shape("linear", {{8, 400}, {120, 400}, {120}}, {{8, 120}})), "skinny");
   EXPECT_EQ(conv_class(conv_shape("linear", {{32, 400}, {120, 400}, {120}}, {{32, 120}})), "slim");
+  EXPECT_EQ(conv_class({kSkinnyMatmul - 1, 0, true}), "skinny");
+  EXPECT_EQ(conv_class({kSkinnyMatmul, 0, true}), "slim");
+  EXPECT_EQ(conv_class({kSlimMatmul - 1, 0, true}), "slim");
+  EXPECT_EQ(conv_class({kSlimMatmul, 0, true}), "broad");
   EXPECT_EQ(conv_shape("matmul", {{120, 128}, {128, 400}}, {{120, 400}}).width, 120);
   EXPECT_EQ(conv_shape("matmul", {{8, 120}, {8, 400}}, {{120, 400}}).width, 8);  // a transposed: (K, M)
   EXPECT_EQ(conv_class(conv_shape("matmul", {{4, 64, 10}, {10, 64}}, {{4, 64, 64}})), "skinny");
@@ -895,7 +902,7 @@ TEST(TimeModel, EveryOpOfTheZoosStepsHasACalibratedLine) {
     EXPECT_GE(f.samples, 1);
   }
   // Matrix products have lines of their own for every shape class (the zoo's steps below, at
-  // batch 4, are all skinny; a broad one would otherwise fall back to the class-less line), in
+  // batch 4, are all skinny; a slim or broad one would otherwise fall back to the class-less line), in
   // bf16 too where autocast keeps small linear layers f32 (the probe has one over that size).
   for (const char* op : {"linear", "matmul"})
     for (const char* precision : {"fp32", "bf16"})

@@ -132,7 +132,7 @@ bool in_process_probe();
 DeviceSpec calibrate_cpu();
 // This cpu's fp32 peak now, measured as calibrate_cpu measures it (a tenth of a second): how fast
 // the machine runs at this moment against its calibration. (A shared Intel Xeon here moved
-// between 250 and 350 GFLOP/s within minutes, and every measured step with it; `reckon ledger
+// between 155 and 350 GFLOP/s within minutes, and every measured step with it; `reckon ledger
 // --measure` prints both, so that a prediction's error can be told from the machine's.)
 double fp32_flops_now();
 // Which of a cached entry (if any) and a fresh calibration is kept, in the cache and for this

@@ -641,7 +641,8 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   }
   for (const auto& n : names) M.unplanned_ops += (M.unplanned_ops.empty() ? "" : ", ") + n;
-  M.fp32_flops_now = fp32_flops_now();  // last: its buffers are no part of the step's memory
+  M.fp32_flops_now = fp32_flops_now();  // last: its buffers are no part of the step's memory,
+  host_memory_trim(Device::cpu);        // nor kept for a later one
   opt.reset();
   model.zero_grad(true);
 }

@@ -241,8 +241,8 @@ std::string format_ledger(const Ledger& l) {
                        "one the memory's): {}",
                        points(d.device.bandwidth_curve)));
       if (!d.device.inplace_bandwidth_curve.empty())
-        line(fmt::format("  cpu: in place (an op that writes what it read; the optimizer's updates at all their "
-                         "bytes together): {}",
+        line(fmt::format("  cpu: in place (an op that writes what it read; the optimizer's updates at the last "
+                         "point, the memory's): {}",
                          points(d.device.inplace_bandwidth_curve)));
     }
   for (const auto& d : l.times)

@@ -42,7 +42,7 @@ ConvShape conv_shape(std::string_view op, const std::vector<Shape>& ins, const s
 
 std::string conv_class(ConvShape c) {
   if (c.width <= 0) return "";
-  if (c.matmul) return c.width < kSlimMatmul ? "skinny" : c.width < kSkinnyMatmul ? "slim" : "broad";
+  if (c.matmul) return c.width < kSkinnyMatmul ? "skinny" : c.width < kSlimMatmul ? "slim" : "broad";
   if (c.width <= 4) return "few";
   if (c.width < 32) return "narrow";
   const bool small = c.out_hw > 0 && c.out_hw < 64;

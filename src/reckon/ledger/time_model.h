@@ -75,13 +75,13 @@ double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::st
 // width "few" (<= 4: an image's first layer, a depthwise one), "narrow" (< 32), "mid" (< 96),
 // "wide"; a mid or wide one also by its output image, under 64 pixels (a deep layer's 4x4 or 7x7)
 // or not: "wide small", "wide large". A matrix product's "skinny" where a side is under
-// kSlimMatmul (a batch of a few images against a classifier's weights, a handful of classes),
-// "slim" where one is under kSkinnyMatmul (a batch of 16 to 47), else "broad": the probe's
+// kSkinnyMatmul (a batch of a few images against a classifier's weights, a handful of classes),
+// "slim" where one is under kSlimMatmul (a batch of 16 to 47), else "broad": the probe's
 // products ran at 3-7x their roofline at a side of 2 to 8, 2.2-3.2x at 24 and 1.3-2x broad; one
 // line over all had timed LeNet-5's at 2.6x their measured time, and one over the first two its
 // backward products at batch 32 at 1.5-2x.
-constexpr int64_t kSlimMatmul = 16;
-constexpr int64_t kSkinnyMatmul = 48;
+constexpr int64_t kSkinnyMatmul = 16;
+constexpr int64_t kSlimMatmul = 48;
 std::string conv_class(ConvShape c);
 // The family of an op call: "conv2d | jit:avx512_core [fp32] wide" (its implementation when the
 // kernel named one, the precision it computes in, a convolution's shape class) and the op's own
