@@ -464,7 +464,8 @@ std::pair<Tensor, Tensor> peak_operands() {
 }  // namespace
 
 double fp32_flops_now() {
-  auto [x, w] = peak_operands();
+  const std::pair<Tensor, Tensor> xw = peak_operands();  // (no structured binding: clang 14's
+  const Tensor &x = xw.first, &w = xw.second;             // lambdas cannot capture one)
   return 2.0 * double(kPeakN * kPeakN * kPeakN) / time_runs(15, [&] { linear(x, w); }).best;
 }
 
@@ -493,7 +494,8 @@ DeviceSpec calibrate_cpu() {
     // fp32 peak: peak_operands' product (1.07 G MACs), reckon's linear op (oneDNN). Many short
     // runs, the best kept: a machine shared with other jobs has quiet moments.
     const int64_t n = kPeakN;
-    auto [x, w] = peak_operands();
+    const std::pair<Tensor, Tensor> xw = peak_operands();
+    const Tensor &x = xw.first, &w = xw.second;
     double s = note(time_runs(15, [&] { linear(x, w); }));
     d.fp32_flops = 2.0 * double(n * n * n) / s;
     // bf16 peak: the same product in bf16 (oneDNN's avx512_core_bf16 kernels where the cpu has
