@@ -549,6 +549,11 @@ TEST(Ledger, DeviceCatalog) {
     f(j["cpus"].begin().value());
     std::ofstream(device_cache_path()) << j.dump(1);
   };
+  // A field of the cache's one entry, as written (to put a good value back after a bad one).
+  auto entry_field = [&](const char* field) {
+    std::ifstream in(device_cache_path());
+    return json::parse(in)["cpus"].begin().value()[field];
+  };
   const std::string versions = calibration_versions();
   EXPECT_NE(versions.find("oneDNN 2."), std::string::npos) << versions;
   edit_entry([&](json& e) { EXPECT_EQ(e["versions"], versions); });
@@ -588,10 +593,7 @@ TEST(Ledger, DeviceCatalog) {
     EXPECT_EQ(g.samples, f.samples);
     break;  // one is enough to see the format; the size check covers the rest
   }
-  const json good = [&] {
-    std::ifstream in(device_cache_path());
-    return json::parse(in)["cpus"].begin().value()["op_families"];
-  }();
+  const json good = entry_field("op_families");
   for (const auto& [field, bad] : std::vector<std::pair<std::string, json>>{
            {"scale", 0.0}, {"scale", kMaxFamilyScale * 2}, {"scale", "1"}, {"fixed_us", -1.0},
            {"samples", 1e300}, {"samples", 0}, {"samples", "many"}}) {
@@ -626,10 +628,7 @@ TEST(Ledger, DeviceCatalog) {
     EXPECT_NEAR(cached_cpu_spec()->bandwidth_curve[i].second, cpu.bandwidth_curve[i].second,
                 1e-6 * cpu.bandwidth_curve[i].second);
   }
-  const json good_curve = [&] {
-    std::ifstream in(device_cache_path());
-    return json::parse(in)["cpus"].begin().value()["bandwidth_curve"];
-  }();
+  const json good_curve = entry_field("bandwidth_curve");
   for (const json& bad : {json::array(), json::array({json::array({2e6, 50}), json::array({1e6, 40})}),
                           json::array({json::array({1e6, 40}), json::array({2e6, 50})}),
                           json::array({json::array({1e6, -1})}), json::array({1, 2}), json(nullptr),
@@ -652,10 +651,7 @@ TEST(Ledger, DeviceCatalog) {
     EXPECT_NEAR(cached_cpu_spec()->inplace_bandwidth_curve[i].second, cpu.inplace_bandwidth_curve[i].second,
                 1e-6 * cpu.inplace_bandwidth_curve[i].second);
   }
-  const json good_inplace = [&] {
-    std::ifstream in(device_cache_path());
-    return json::parse(in)["cpus"].begin().value()["inplace_bandwidth_curve"];
-  }();
+  const json good_inplace = entry_field("inplace_bandwidth_curve");
   for (const json& bad : {json::array({json::array({1e6, 40}), json::array({2e6, 50})}), json(nullptr),
                           json::array({good_inplace.back()})}) {
     SCOPED_TRACE(bad.dump());
@@ -666,10 +662,7 @@ TEST(Ledger, DeviceCatalog) {
   EXPECT_FALSE(cached_cpu_spec().has_value());
   edit_entry([&](json& e) { e["inplace_bandwidth_curve"] = good_inplace; });
   EXPECT_TRUE(cached_cpu_spec().has_value());
-  const json good_bw = [&] {
-    std::ifstream in(device_cache_path());
-    return json::parse(in)["cpus"].begin().value()["bandwidth_gbs"];
-  }();
+  const json good_bw = entry_field("bandwidth_gbs");
   for (const json& bad : {json(1e308 * 10), json(good_bw.get<double>() * 2)}) {  // inf; not the curve's last
     SCOPED_TRACE(bad.dump());
     edit_entry([&](json& e) { e["bandwidth_gbs"] = bad; });
