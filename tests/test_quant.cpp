@@ -300,6 +300,111 @@ TEST(QuantPrograms, EngineRunsTheInt8ProgramExactlyAsItsOwnKernelsDoAndCloseToFp
   }
 }
 
+namespace {
+// A program of one node: x (f32) -> quantize_linear (xt) -> node(op, attrs, constants) ->
+// dequantize_linear (the node's output type, y_scale and y_zero_point) -> the output.
+en::Program one_int8_node(const Shape& xs, DType xt, double x_scale, int64_t x_zp, int op, std::shared_ptr<void> attrs,
+                          const std::vector<Tensor>& constants, double y_scale, int64_t y_zp) {
+  en::Program p;
+  auto node = [&](int id, std::shared_ptr<void> at, std::vector<int> ins) {
+    graph::Node n;
+    n.op = id;
+    n.attrs = std::move(at);
+    n.inputs = std::move(ins);
+    std::vector<Tensor> meta;
+    for (int v : n.inputs)
+      meta.push_back(v < 0 ? Tensor() : Tensor::empty(p.graph.value(v).spec.shape, p.graph.value(v).spec.dtype, Device::meta));
+    NoGrad no_grad;
+    const auto res = op_info(id).call(meta, n.attrs.get());
+    graph::Value v;
+    v.spec = res[0].spec();
+    v.producer = int(p.graph.nodes.size());
+    n.outputs.push_back(p.graph.add_value(std::move(v)));
+    n.kernel = "none";
+    p.graph.nodes.push_back(std::move(n));
+    return p.graph.nodes.back().outputs[0];
+  };
+  graph::Value in;
+  in.spec.shape = xs;
+  in.kind = graph::ValueKind::input;
+  in.name = "x";
+  p.input = p.graph.add_value(std::move(in));
+  const int q = node(op_id<QuantizeLinear>, en::make_attrs(QuantizeAttrs{{x_scale}, {x_zp}, 1, quant_dtype_name(xt)}),
+                     {p.input});
+  std::vector<int> ins{q};
+  for (size_t i = 0; i < constants.size(); ++i)
+    ins.push_back(constants[i].defined() ? en::add_constant(p, constants[i], "c" + std::to_string(i)) : -1);
+  const int y = node(op, std::move(attrs), ins);
+  const std::string yt = quant_dtype_name(p.graph.value(y).spec.dtype);
+  p.graph.outputs = {node(op_id<DequantizeLinear>, en::make_attrs(QuantizeAttrs{{y_scale}, {y_zp}, 1, yt}), {y})};
+  return p;
+}
+}  // namespace
+
+// The engine's depthwise int8 kernel (kernels/cpu/dw_int8.h, on a cpu with AVX-512 VNNI) against
+// the reference: channels that fill no vector, one and a ragged tail of blocks of 64; kernels of
+// 1 to 4 rows and 1 to 3 columns; strides 1 and 2; padding 0 to 2; 16 and 32 channels at stride 1
+// (several pixels in a vector); u8 and s8 in and out with
+// zero points; relu and clamp; biases past 2^24 (added in float, as the reference adds them).
+TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
+  struct C {
+    int64_t n, c, h, w, kh, kw, stride, pad;
+    DType xt;
+    std::string yt;
+    std::vector<PostOp> post;
+    int64_t x_zp, y_zp;
+    int32_t bias;  // the biases' range
+    double y_scale = 0.17;
+  };
+  const std::vector<C> cases = {
+      {1, 32, 11, 13, 3, 3, 1, 1, DType::u8, "u8", {{"clamp", 0, 6}}, 0, 0, 20000},
+      {2, 144, 9, 10, 3, 3, 2, 1, DType::u8, "u8", {{"relu"}}, 3, 0, 20000},
+      {1, 17, 7, 6, 3, 3, 1, 0, DType::i8, "s8", {}, -5, 4, 20000},
+      {3, 64, 5, 9, 4, 3, 2, 2, DType::i8, "u8", {{"relu"}, {"clamp", 0, 6}}, 0, 11, 20000},
+      {1, 80, 8, 8, 1, 1, 1, 0, DType::u8, "s8", {}, 128, -7, 20000},
+      {1, 130, 6, 7, 2, 3, 1, 1, DType::u8, "u8", {{"clamp", -1, 2}}, 250, 128, 20000},
+      {2, 96, 13, 4, 3, 2, 2, 1, DType::u8, "s8", {}, 7, 0, 1 << 26, 40.0},  // outputs of the bias alone
+      {1, 960, 7, 7, 3, 3, 1, 1, DType::u8, "u8", {{"clamp", 0, 6}}, 0, 0, 20000},
+      // 32 and 16 channels at stride 1: two and four pixels in a vector, rows of odd widths
+      {2, 32, 9, 11, 3, 3, 1, 1, DType::u8, "u8", {{"clamp", 0, 6}}, 5, 0, 20000},
+      {1, 16, 6, 13, 3, 3, 1, 2, DType::i8, "s8", {{"relu"}}, -9, 3, 20000},
+      {1, 16, 5, 6, 2, 2, 1, 0, DType::u8, "u8", {}, 0, 0, 1 << 26, 40.0},
+      {1, 32, 7, 7, 3, 3, 2, 1, DType::u8, "u8", {{"relu"}}, 0, 0, 20000},
+  };
+  Generator g(11);
+  int i = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE("case " + std::to_string(i++));
+    QuantConvAttrs a;
+    a.conv = {{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, c.c};
+    a.q.x_scale = 0.021;
+    a.q.x_zero_point = c.x_zp;
+    for (int64_t o = 0; o < c.c; ++o) a.q.w_scale.push_back(0.003 + 0.0007 * double(o % 5));
+    a.q.w_scale.erase(a.q.w_scale.begin());  // (the default's one element)
+    a.q.y_scale = c.y_scale;
+    a.q.y_zero_point = c.y_zp;
+    a.q.y_dtype = c.yt;
+    a.q.post = c.post;
+    const std::vector<Tensor> k{rnd_int({c.c, 1, c.kh, c.kw}, DType::i8, g, -127, 127),
+                                rnd_int({c.c}, DType::i32, g, -c.bias, c.bias)};
+    const en::Program p = one_int8_node({c.n, c.c, c.h, c.w}, c.xt, a.q.x_scale, c.x_zp, op_id<Conv2dInt8>,
+                                        en::make_attrs(a), k, a.q.y_scale, c.y_zp);
+    // inputs over the whole 8-bit range
+    const Tensor x = random_f32({c.n, c.c, c.h, c.w}, uint64_t(i), -300 * a.q.x_scale, 300 * a.q.x_scale);
+    Tensor want;
+    {
+      ForceReference f;
+      want = en::run_program(p, x);
+    }
+    en::Engine e(p);
+    const Tensor y = e.run(x);
+    EXPECT_EQ(count_differences(y, want), 0) << "of " << want.numel();
+    bool ours = false;
+    for (const auto& s : e.steps()) ours |= s.impl.find("reckon int8 depthwise") != std::string::npos;
+    EXPECT_EQ(ours, __builtin_cpu_supports("avx512vnni") != 0) << "the engine's choice of kernel";
+  }
+}
+
 TEST(QuantPrograms, WeightsAreAQuarterAndPerTensorIsAnOption) {
   Quantized pc = quantize_zoo("lenet5", {2, 1, 28, 28});
   en::QuantOptions o;

@@ -14,6 +14,7 @@
 #include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/kernels/cpu/post_ops.h"
 #include "reckon/kernels/cpu/quant_dnnl.h"
+#include "reckon/kernels/cpu/dw_int8.h"
 #include "reckon/kernels/cpu/int8_exact.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
@@ -554,8 +555,10 @@ struct Engine::Impl {
                    conv_small::forward_int8(in[0], in[1], in[2].defined() ? &in[2] : nullptr,
                                             in[3].defined() ? &in[3] : nullptr, out[0], a, scratch, T);
                  });
+      steps.back().info.int8_in_f32 = true;
       return true;
     }
+    if (dw_int8::applies(xs, ws, a, xt, yt) && r < 0) return lower_conv_int8_depthwise(n, a);
     if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
     auto attr = dnnl_util::quant_attr(a.q, ws[0]);
     if (!attr) return false;
@@ -586,6 +589,51 @@ struct Engine::Impl {
     if (!a.q.post.empty()) op += "+" + post_ops_str(a.q.post);
     Step& s = add_dnnl(n.scope, op, *pd, std::move(args));
     s.info.in_place = in_place;
+    set_out(n, opt.blocked_layouts ? y : plain(y));
+    return true;
+  }
+
+  // A depthwise int8 convolution (dw_int8.h): reckon's VNNI kernel on channels-last bytes, its
+  // weights packed once into a constant of their own.
+  bool lower_conv_int8_depthwise(const Node& n, const QuantConvAttrs& a) {
+    const int x = n.inputs[0], w = n.inputs[1];
+    const int b = n.inputs.size() > 2 ? n.inputs[2] : -1;
+    const Shape &xs = gval(x).spec.shape, &ws = gval(w).spec.shape, &ys = gval(n.outputs[0]).spec.shape;
+    const DType xt = gval(x).spec.dtype, yt = gval(n.outputs[0]).spec.dtype;
+    const EVal &wv = vals[size_t(ev_of(w))], *bv = b >= 0 ? &vals[size_t(ev_of(b))] : nullptr;
+    if (!wv.plain || (bv && !bv->plain)) return false;
+    EVal pk;
+    pk.where = Where::constant;
+    pk.dtype = DType::u8;
+    pk.shape = {dw_int8::packed_bytes(xs[1])};
+    pk.strides = {1};
+    pk.md = plain_md(pk.shape, DType::u8);
+    {
+      TagGuard tag(Tag::param);
+      pk.data = Tensor::empty(pk.shape, DType::u8, data ? Device::cpu : Device::meta);
+    }
+    if (data)
+      dw_int8::pack(wv.data.data<int8_t>() + wv.elem_offset, bv ? bv->data.data<int32_t>() + bv->elem_offset : nullptr,
+                    xs[1], ws[2], ws[3], a, xt, pk.data.raw_data());
+    const int packed = add_val(std::move(pk));
+    const int xin = as(ev_of(x), memory::desc(dims_of(xs), dt(xt), tag::acdb), false, true);
+    read(xin);
+    const int y = new_arena(memory::desc(dims_of(ys), dt(yt), tag::acdb), ys, yt);
+    vals[size_t(y)].conv_made = true;
+    std::string op = fmt::format("conv2d int8 {}->{}(depthwise)", quant_dtype_name(xt), quant_dtype_name(yt));
+    if (b >= 0) op += "+bias";
+    if (!a.q.post.empty()) op += "+" + post_ops_str(a.q.post);
+    Step& s = add_step(n.scope, std::move(op), "direct");
+    s.dnnl_step = false;
+    s.flat = true;
+    s.ins = {xin, packed};
+    s.outs = {y};
+    s.info.impl = "reckon int8 depthwise (avx512_vnni)";
+    const int64_t C = xs[1], lanes = (C + 63) / 64 * 64;
+    s.info.lane_use = double(C * ws[2] * ws[3]) / double(lanes * 4 * 3);
+    s.direct = [xs, ys, KH = ws[2], a, xt, yt](std::span<const Tensor> in, std::span<Tensor> out, void*) {
+      dw_int8::forward(in[0].raw_data(), out[0].raw_data(), in[1].raw_data(), xs, ys, KH, a, xt, yt);
+    };
     set_out(n, opt.blocked_layouts ? y : plain(y));
     return true;
   }

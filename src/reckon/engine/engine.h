@@ -51,6 +51,8 @@ struct StepInfo {
   int64_t scratch_bytes = 0;  // its primitive's scratchpad (a buffer of the arena)
   std::string impl;           // the implementation oneDNN chose, or the kernel that runs
   double lane_use = 1.0;      // the share of the vector lanes it fills (KernelCtx::lane_use; reckon's direct loops)
+  bool int8_in_f32 = false;   // an int8 product computed in f32 arithmetic (exact integers: reckon's direct loops of a
+                              // first layer), which the deployment ledger times at the fp32 peak, not the int8 one
   // A convolution's width (the fewer of its output channels and input channels per group) and
   // output pixels (H x W), which the deployment ledger's time classes it by; 0 for other steps.
   int64_t conv_width = 0, conv_out_hw = 0;

@@ -68,7 +68,7 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   if (s.lane_use > 0 && s.lane_use < 1) flops /= s.lane_use;  // the lanes it issues (KernelCtx::lane_use)
   // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
   // reckon's direct loops compute an int8 first layer in f32 (exact integers): at the fp32 peak.
-  const bool on_int8 = s.op.find("int8") != std::string::npos && s.kind != "direct" && s.cost.macs > 0;
+  const bool on_int8 = s.op.find("int8") != std::string::npos && !s.int8_in_f32 && s.cost.macs > 0;
   const double tc = on_int8 ? double(2 * s.cost.macs) / d.peak("int8") + double(s.cost.flops) / peak : flops / peak;
   const double tm = double(s.bytes_moved) / d.bandwidth_at(double(s.bytes_moved));
   t.roofline_s = std::max(tc, tm);
