@@ -4,7 +4,8 @@ Each function takes (num_classes, in_channels) and returns a torch.nn.Module who
 and buffer names, shapes and order equal the reckon model of the same name. Golden-file
 scripts (scripts/make_param_counts.py and later ones) import this module; it is not a model
 library of its own. The torchvision models come from torchvision itself
-(`pip install --no-deps torchvision pillow` is enough: only the python model code is used);
+(`pip install --no-deps torchvision pillow` is enough: only the python model code is used; for
+Debian's torch 1.13 under /usr/bin/python3, `apt-get install python3-torchvision`);
 the ones torchvision lacks are written here.
 
     import torch_models
@@ -40,7 +41,8 @@ DEFAULTS = {
 
 def _tv():
     if tvm is None:
-        raise SystemExit("torchvision is needed: pip install --no-deps torchvision pillow")
+        raise SystemExit("torchvision is needed: pip install --no-deps torchvision pillow "
+                         "(Debian's python3: apt-get install python3-torchvision)")
     return tvm
 
 

@@ -343,9 +343,10 @@ en::Program one_int8_node(const Shape& xs, DType xt, double x_scale, int64_t x_z
 
 // The engine's depthwise int8 kernel (kernels/cpu/dw_int8.h, on a cpu with AVX-512 VNNI) against
 // the reference: channels that fill no vector, one and a ragged tail of blocks of 64; kernels of
-// 1 to 4 rows and 1 to 3 columns; strides 1 and 2; padding 0 to 2; 16 and 32 channels at stride 1
-// (several pixels in a vector); u8 and s8 in and out with
-// zero points; relu and clamp; biases past 2^24 (added in float, as the reference adds them).
+// 1 to 4 rows and 1 to 3 columns; strides 1 and 2 across, 1 to 3 down; padding 0 to 2 (rows of
+// padding only); 16 and 32 channels at stride 1 (several pixels in a vector); u8 and s8 in and out
+// with zero points; relu and clamp; no bias, and biases past 2^24 (added in float, as the
+// reference adds them); outputs past int16 before the saturation, and past 2^30.
 TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
   struct C {
     int64_t n, c, h, w, kh, kw, stride, pad;
@@ -353,8 +354,9 @@ TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
     std::string yt;
     std::vector<PostOp> post;
     int64_t x_zp, y_zp;
-    int32_t bias;  // the biases' range
+    int32_t bias;  // the biases' range (0: no bias)
     double y_scale = 0.17;
+    int64_t stride_h = 0;  // (0: the stride across)
   };
   const std::vector<C> cases = {
       {1, 32, 11, 13, 3, 3, 1, 1, DType::u8, "u8", {{"clamp", 0, 6}}, 0, 0, 20000},
@@ -370,13 +372,21 @@ TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
       {1, 16, 6, 13, 3, 3, 1, 2, DType::i8, "s8", {{"relu"}}, -9, 3, 20000},
       {1, 16, 5, 6, 2, 2, 1, 0, DType::u8, "u8", {}, 0, 0, 1 << 26, 40.0},
       {1, 32, 7, 7, 3, 3, 2, 1, DType::u8, "u8", {{"relu"}}, 0, 0, 20000},
+      // two pixels in a vector going down two rows at a time; three rows at a time; no bias
+      {1, 32, 9, 8, 3, 3, 1, 1, DType::u8, "u8", {{"clamp", 0, 6}}, 0, 0, 20000, 0.17, 2},
+      {2, 70, 10, 9, 3, 3, 2, 1, DType::u8, "s8", {}, 0, 0, 0, 0.17, 3},
+      // padding past the kernel's height (rows of padding only); outputs past int16 before the
+      // saturation; an output that could pass 2^30 (the float steps) with an s8 input
+      {1, 64, 4, 5, 2, 3, 1, 2, DType::u8, "u8", {{"relu"}}, 9, 0, 20000},
+      {1, 80, 6, 6, 3, 3, 1, 1, DType::u8, "s8", {}, 0, 0, 20000, 0.00005},
+      {1, 48, 5, 5, 3, 3, 2, 1, DType::i8, "u8", {{"relu"}}, 2, 100, 20000, 1e-8},
   };
   Generator g(11);
   int i = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE("case " + std::to_string(i++));
     QuantConvAttrs a;
-    a.conv = {{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, c.c};
+    a.conv = {{c.stride_h ? c.stride_h : c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, c.c};
     a.q.x_scale = 0.021;
     a.q.x_zero_point = c.x_zp;
     for (int64_t o = 0; o < c.c; ++o) a.q.w_scale.push_back(0.003 + 0.0007 * double(o % 5));
@@ -385,8 +395,8 @@ TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
     a.q.y_zero_point = c.y_zp;
     a.q.y_dtype = c.yt;
     a.q.post = c.post;
-    const std::vector<Tensor> k{rnd_int({c.c, 1, c.kh, c.kw}, DType::i8, g, -127, 127),
-                                rnd_int({c.c}, DType::i32, g, -c.bias, c.bias)};
+    const std::vector<Tensor> k{rnd_int({c.c, 1, c.kh, c.kw}, DType::i8, g, -128, 127),
+                                c.bias ? rnd_int({c.c}, DType::i32, g, -c.bias, c.bias) : Tensor()};
     const en::Program p = one_int8_node({c.n, c.c, c.h, c.w}, c.xt, a.q.x_scale, c.x_zp, op_id<Conv2dInt8>,
                                         en::make_attrs(a), k, a.q.y_scale, c.y_zp);
     // inputs over the whole 8-bit range
@@ -401,7 +411,8 @@ TEST(QuantPrograms, DepthwiseKernelMatchesTheReferenceBitForBit) {
     EXPECT_EQ(count_differences(y, want), 0) << "of " << want.numel();
     bool ours = false;
     for (const auto& s : e.steps()) ours |= s.impl.find("reckon int8 depthwise") != std::string::npos;
-    EXPECT_EQ(ours, __builtin_cpu_supports("avx512vnni") != 0) << "the engine's choice of kernel";
+    EXPECT_EQ(ours, int8_exact::dnnl_is_exact() && __builtin_cpu_supports("avx512vnni"))
+        << "the engine's choice of kernel";
   }
 }
 

@@ -558,8 +558,8 @@ struct Engine::Impl {
       steps.back().info.int8_in_f32 = true;
       return true;
     }
-    if (dw_int8::applies(xs, ws, a, xt, yt) && r < 0) return lower_conv_int8_depthwise(n, a);
     if (!int8_exact::dnnl_is_exact()) return false;  // the op's exact kernel (int8_exact.h)
+    if (dw_int8::applies(xs, ws, a, xt, yt) && r < 0) return lower_conv_int8_depthwise(n, a);
     auto attr = dnnl_util::quant_attr(a.q, ws[0]);
     if (!attr) return false;
     const auto g = dnnl_util::quant_conv_geo(xs, ws, ys, a.conv);
@@ -629,8 +629,7 @@ struct Engine::Impl {
     s.ins = {xin, packed};
     s.outs = {y};
     s.info.impl = "reckon int8 depthwise (avx512_vnni)";
-    const int64_t C = xs[1], lanes = (C + 63) / 64 * 64;
-    s.info.lane_use = double(C * ws[2] * ws[3]) / double(lanes * 4 * 3);
+    s.info.lane_use = dw_int8::lane_use(xs[1], ws[2], ws[3], a.conv.stride[1]);
     s.direct = [xs, ys, KH = ws[2], a, xt, yt](std::span<const Tensor> in, std::span<Tensor> out, void*) {
       dw_int8::forward(in[0].raw_data(), out[0].raw_data(), in[1].raw_data(), xs, ys, KH, a, xt, yt);
     };

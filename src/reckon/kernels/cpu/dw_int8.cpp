@@ -16,7 +16,6 @@
 #include <cstring>
 #include <limits>
 
-#include "reckon/kernels/ref/requant.h"
 
 // GCC 12 warns that the unmasked AVX-512 conversions' placeholder operand (_mm512_undefined_*)
 // may be used uninitialized when they are inlined into a target("avx512...") function (GCC bug
@@ -63,7 +62,7 @@ inline void slot(int c, int& j, int& e) {
 
 bool has_vnni() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vnni");
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
   return ok;
 }
 
@@ -195,6 +194,11 @@ bool applies(const Shape& xs, const Shape& ws, const QuantConvAttrs& a, DType xt
   if ((xt != DType::u8 && xt != DType::i8) || (yt != DType::u8 && yt != DType::i8)) return false;
   float A, B;
   return folded_clamp(a.q, yt, A, B);
+}
+
+double lane_use(int64_t channels, int64_t KH, int64_t KW, int64_t stride_w) {
+  const int64_t lanes = channels * pixels_per_vector(channels, stride_w);
+  return double(lanes * KH * KW) / double((lanes + kLanes - 1) / kLanes * kLanes * kRows * kCols);
 }
 
 int64_t packed_bytes(int64_t channels) {

@@ -21,12 +21,16 @@
 namespace reckon::dw_int8 {
 
 // Whether the kernel takes this conv2d_int8: depthwise (groups == channels == outputs), a kernel
-// of at most 4 rows and 3 columns, stride 1 or 2, no dilation, u8 or s8 in and out, a post-op
-// chain of relu (slope 0) and clamp only, and a cpu with AVX-512 VNNI.
+// of at most 4 rows and 3 columns, a stride of 1 or 2 across (any down), no dilation, u8 or s8 in
+// and out, a post-op chain of relu (slope 0) and clamp only, and a cpu with AVX-512 VNNI.
 bool applies(const Shape& xs, const Shape& ws, const QuantConvAttrs& a, DType xt, DType yt);
 
 // Bytes of the packed weights (and per-channel constants) of `channels` channels.
 int64_t packed_bytes(int64_t channels);
+
+// The share of vpdpbusd's multiply-adds that are taps of the layer (the rest: a kernel's rows
+// and columns padded to 4 x 3, channels padded to a block of 64).
+double lane_use(int64_t channels, int64_t KH, int64_t KW, int64_t stride_w);
 
 // Packs w (C, 1, KH, KW) s8 and the int32 bias (C, or null) of conv a on an input of type xt.
 void pack(const int8_t* w, const int32_t* bias, int64_t C, int64_t KH, int64_t KW, const QuantConvAttrs& a, DType xt,
