@@ -12,9 +12,9 @@
 
 #include "reckon/kernels/cpu/conv_small.h"
 #include "reckon/kernels/cpu/dnnl_common.h"
+#include "reckon/kernels/cpu/dw_int8.h"
 #include "reckon/kernels/cpu/post_ops.h"
 #include "reckon/kernels/cpu/quant_dnnl.h"
-#include "reckon/kernels/cpu/dw_int8.h"
 #include "reckon/kernels/cpu/int8_exact.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op_list.h"
@@ -144,6 +144,35 @@ auto try_make(F&& f) -> std::optional<decltype(f())> {
   }
 }
 
+// The convolution attributes of a forward convolution node (conv2d, conv2d_fused, conv2d_int8).
+const ConvAttrs* conv_attrs_of(const graph::Node& n) {
+  if (n.op == op_id<Conv2d>) return &attrs_of<ConvAttrs>(n);
+  if (n.op == op_id<FusedConv2d>) return &attrs_of<FusedConvAttrs>(n).conv;
+  if (n.op == op_id<Conv2dInt8>) return &attrs_of<QuantConvAttrs>(n).conv;
+  return nullptr;
+}
+// The share of a convolution's taps (output pixels x kernel taps) that fall inside the input, and
+// the share of its kernel's taps that any output reads inside the input (StepInfo).
+void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, double& taps, double& weights) {
+  taps = weights = 1.0;
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = x[size_t(2 + d)], k = w[size_t(2 + d)], out = y[size_t(2 + d)];
+    if (out * k <= 0) continue;
+    int64_t inside = 0, used = 0;
+    for (int64_t t = 0; t < k; ++t) {
+      int64_t n = 0;
+      for (int64_t o = 0; o < out; ++o) {
+        const int64_t i = o * a.stride[size_t(d)] - a.padding[size_t(d)] + t * a.dilation[size_t(d)];
+        n += i >= 0 && i < in;
+      }
+      inside += n;
+      used += n > 0;
+    }
+    taps *= double(inside) / double(out * k);
+    weights *= double(used) / double(k);
+  }
+}
+
 std::string layout_name(const EVal& v) {
   if (v.plain) return v.shape.size() == 4 ? "nchw" : "plain";
   const auto& d = v.md.data;
@@ -225,8 +254,13 @@ struct Engine::Impl {
     if (cur_node >= 0 && s.info.op.rfind("conv2d", 0) == 0) {
       const graph::Node& n = prog.graph.nodes[size_t(cur_node)];
       if (op_info(n.op).op_class == OpClass::conv && n.inputs.size() > 1 && !n.outputs.empty()) {
-        const Shape &w = gval(n.inputs[1]).spec.shape, &y = gval(n.outputs[0]).spec.shape;
+        const Shape &x = gval(n.inputs[0]).spec.shape, &w = gval(n.inputs[1]).spec.shape,
+                    &y = gval(n.outputs[0]).spec.shape;
         if (w.size() == 4 && y.size() == 4) s.info.conv_width = std::min(w[0], w[1]), s.info.conv_out_hw = y[2] * y[3];
+        // (oneDNN's kernels skip the taps that fall on padding; reckon's own compute them)
+        const ConvAttrs* a = conv_attrs_of(n);
+        if (a && s.info.kind == "onednn" && x.size() == 4 && w.size() == 4 && y.size() == 4)
+          conv_tap_shares(x, w, y, *a, s.info.conv_tap_share, s.info.conv_weight_share);
       }
     }
     steps.push_back(std::move(s));

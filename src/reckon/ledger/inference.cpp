@@ -62,15 +62,20 @@ std::vector<std::string> engine_step_families(const engine::StepInfo& s) {
 EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) {
   EngineStepTime t;
   const double peak = d.peak("fp32");
-  double flops = double(2 * s.cost.macs + s.cost.flops);
+  // The MACs its kernel computes: a convolution's padded taps are skipped (StepInfo::conv_tap_share).
+  const double macs = double(s.cost.macs) * s.conv_tap_share;
+  double flops = 2 * macs + double(s.cost.flops);
   if (s.impl.find("wino") != std::string::npos && d.winograd_speedup > 0)
-    flops = double(2 * s.cost.macs) / d.winograd_speedup + double(s.cost.flops);
-  if (s.lane_use > 0 && s.lane_use < 1) flops /= s.lane_use;  // the lanes it issues (KernelCtx::lane_use)
+    flops = 2 * macs / d.winograd_speedup + double(s.cost.flops);
+  const double lanes = s.lane_use > 0 && s.lane_use < 1 ? s.lane_use : 1.0;  // the lanes it issues (KernelCtx::lane_use)
+  flops /= lanes;
   // An int8 product: its MACs at the int8 peak, the rest of its FLOPs (requantization) at fp32.
   // reckon's direct loops compute an int8 first layer in f32 (exact integers): at the fp32 peak.
   const bool on_int8 = s.op.find("int8") != std::string::npos && !s.int8_in_f32 && s.cost.macs > 0;
-  const double tc = on_int8 ? double(2 * s.cost.macs) / d.peak("int8") + double(s.cost.flops) / peak : flops / peak;
-  const double tm = double(s.bytes_moved) / d.bandwidth_at(double(s.bytes_moved));
+  const double tc = on_int8 ? 2 * macs / lanes / d.peak("int8") + double(s.cost.flops) / peak : flops / peak;
+  // ... and the weights of taps no output reads are not fetched (StepInfo::conv_weight_share).
+  const double bytes = double(s.bytes_moved) - double(s.weight_bytes) * (1.0 - s.conv_weight_share);
+  const double tm = bytes / d.bandwidth_at(bytes);
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
   for (const std::string& k : engine_step_families(s))
