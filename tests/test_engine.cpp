@@ -415,6 +415,34 @@ TEST(EngineCli, BenchInferAndTheDeploymentLedgerPrintTheirFigures) {
   fs::remove_all(d);
 }
 
+// A oneDNN convolution's step says which share of its declared taps read the input (its kernels
+// skip the padding), and which share of its weights some output reads: the deployment ledger
+// times it on those (ledger/inference.cpp).
+TEST(EngineSteps, ConvolutionsSayHowMuchOfTheirTapsIsPadding) {
+  struct Case {
+    Shape x;
+    int64_t stride;
+    double taps, weights;
+  };
+  // 3x3, padding 1: on 4x4, 10 of 12 taps a dimension read the input; on 1x1, the centre alone;
+  // stride 2 on 5 pixels: outputs over -1..1, 1..3, 3..5 read 7 of 9 taps a dimension, all of
+  // the kernel's
+  for (const Case& c : {Case{{1, 16, 4, 4}, 1, 100.0 / 144, 1.0}, Case{{2, 16, 1, 1}, 1, 1.0 / 9, 1.0 / 9},
+                        Case{{1, 16, 5, 5}, 2, 49.0 / 81, 1.0}}) {
+    nn::Conv2d conv(16, 32, 3, nn::Conv2dOptions{c.stride, 1, 1, 1, true});
+    en::Engine e(en::make_program(conv, c.x));
+    int convs = 0;
+    for (const auto& s : e.steps()) {
+      if (s.op.rfind("conv2d", 0) != 0) continue;
+      ++convs;
+      ASSERT_EQ(s.kind, "onednn") << s.op;
+      EXPECT_NEAR(s.conv_tap_share, c.taps, 1e-12) << shape_str(c.x) << " stride " << c.stride;
+      EXPECT_NEAR(s.conv_weight_share, c.weights, 1e-12) << shape_str(c.x) << " stride " << c.stride;
+    }
+    EXPECT_EQ(convs, 1);
+  }
+}
+
 // ---- a residual that is also the convolution's input: never written in place ----
 TEST(EngineMemory, AResidualThatIsTheConvolutionsInputIsCopiedNotOverwritten) {
   class M : public nn::Module {

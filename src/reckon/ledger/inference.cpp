@@ -62,8 +62,11 @@ std::vector<std::string> engine_step_families(const engine::StepInfo& s) {
 EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) {
   EngineStepTime t;
   const double peak = d.peak("fp32");
-  // The MACs its kernel computes: a convolution's padded taps are skipped (StepInfo::conv_tap_share).
-  const double macs = double(s.cost.macs) * s.conv_tap_share;
+  // The MACs its kernel computes: oneDNN's direct convolutions skip the padded taps
+  // (StepInfo::conv_tap_share); Winograd transforms whole padded tiles and gemm multiplies the
+  // im2col matrix's zeros, so those compute them all.
+  const bool skips_padding = s.impl.find("wino") == std::string::npos && s.impl.rfind("gemm", 0) != 0;
+  const double macs = double(s.cost.macs) * (skips_padding ? s.conv_tap_share : 1.0);
   double flops = 2 * macs + double(s.cost.flops);
   if (s.impl.find("wino") != std::string::npos && d.winograd_speedup > 0)
     flops = 2 * macs / d.winograd_speedup + double(s.cost.flops);
@@ -74,7 +77,8 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   const bool on_int8 = s.op.find("int8") != std::string::npos && !s.int8_in_f32 && s.cost.macs > 0;
   const double tc = on_int8 ? 2 * macs / lanes / d.peak("int8") + double(s.cost.flops) / peak : flops / peak;
   // ... and the weights of taps no output reads are not fetched (StepInfo::conv_weight_share).
-  const double bytes = double(s.bytes_moved) - double(s.weight_bytes) * (1.0 - s.conv_weight_share);
+  const double bytes =
+      double(s.bytes_moved) - (skips_padding ? double(s.weight_bytes) * (1.0 - s.conv_weight_share) : 0.0);
   const double tm = bytes / d.bandwidth_at(bytes);
   t.roofline_s = std::max(tc, tm);
   t.compute_bound = tc >= tm;
