@@ -753,6 +753,25 @@ FamilySample sample(double roofline_s, double measured_s) {
 }  // namespace
 
 // The fit recovers a line it was given, and keeps to its bounds where the samples pull elsewhere.
+// The probes' rounds: two at least, more while a round takes any probe's summed time down by
+// kProbeRoundGain, at most kMaxProbeRounds, and none past the first once `more` says no.
+TEST(TimeModel, ProbeRoundsGoOnWhileARoundStillGains) {
+  auto run = [](std::vector<std::vector<double>> sums, std::function<bool()> more = {}) {
+    size_t i = 0;
+    const int rounds = probe_rounds([&] { return sums[std::min(i++, sums.size() - 1)]; }, more);
+    EXPECT_EQ(size_t(rounds), i);
+    return rounds;
+  };
+  EXPECT_EQ(run({{100}, {99}, {50}}), 2);                 // the second gained 1%: enough
+  EXPECT_EQ(run({{100}, {100}}), 2);                      // never fewer than kMinProbeRounds
+  EXPECT_EQ(run({{100}, {90}, {89}, {10}}), 3);           // 10%, then 1.1%
+  EXPECT_EQ(run({{100}, {90}, {80}, {70}, {60}}), kMaxProbeRounds);
+  EXPECT_EQ(run({{100, 10}, {99, 5}, {98, 4.9}}), 3);     // the second probe still gained
+  EXPECT_EQ(run({{100}, {50}}, [] { return false; }), 1);  // disturbed: no round past the first
+  int asked = 0;
+  EXPECT_EQ(run({{100}, {90}, {80}, {79}}, [&] { return ++asked < 2; }), 2);
+}
+
 TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   std::vector<FamilySample> line;
   for (double x : {1e-6, 5e-6, 2e-5, 1e-4, 1e-3}) line.push_back(sample(x, 20e-6 + 1.7 * x));

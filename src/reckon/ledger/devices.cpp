@@ -115,7 +115,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 21;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 22;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -139,7 +139,8 @@ constexpr int kCalibrationFormat = 21;  // 4-6: the op families (time_model.h; 5
                                         // 16 to 47 rows their own class; 20: int8
                                         // depthwise layers on reckon's VNNI kernel; 21: the
                                         // engine's convolutions timed on the taps inside the
-                                        // input)
+                                        // input; 22: not Winograd's nor gemm's, and the
+                                        // probes timed in alternating rounds, probe_rounds)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
@@ -619,14 +620,26 @@ DeviceSpec calibrate_cpu() {
   }
   {
     // The time model per op family: the probe's training steps timed op by op (time_model.h),
-    // against the peaks and bandwidth just measured.
-    EnableGrad grad;
-    d.op_families = calibrate_op_families(d);
-  }
-  {
-    // The deployment ledger's lines per engine step family: the same probe networks compiled by
-    // the inference engine in fp32 and int8 (inference.h).
-    for (auto& [k, f] : calibrate_engine_families(d)) d.op_families[k] = f;
+    // and the deployment ledger's lines per engine step family: the same probe networks compiled
+    // by the inference engine in fp32 and int8 (inference.h), both against the peaks and
+    // bandwidth just measured. Their rounds alternate (probe_rounds), each probe's seconds apart.
+    OpProbe ops(d);
+    std::optional<EngineProbe> steps;
+    steps.emplace(d);
+    probe_rounds([&] {
+      double train_s = 0;
+      {
+        EnableGrad grad;
+        train_s = ops.round();
+      }
+      return std::vector<double>{train_s, steps->round()};
+    }, [&] {
+      return others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads) <=
+             kCalibrationBusyShare;
+    });
+    d.op_families = ops.fit();
+    for (auto& [k, f] : steps->fit()) d.op_families[k] = f;
+    steps.reset();
   }
   host_memory_restart(Device::cpu);  // the calibration's blocks go back to the system
   d.others_cpu_share = others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads);

@@ -54,7 +54,26 @@ struct EngineStepTime {
 std::vector<std::string> engine_step_families(const engine::StepInfo& s);
 EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s);
 // The probe networks (time_model.h) compiled by the engine in fp32 and int8 (calibrated on the
-// random input they are timed with), each step the fastest of its timed runs, a line per family.
+// random input they are timed with), all kept; each round() times every step over a few runs and
+// keeps its fastest time over the rounds (the sum of those returned: probe_rounds, time_model.h);
+// fit(): a line per family.
+class EngineProbe {
+ public:
+  explicit EngineProbe(const DeviceSpec& d);
+  ~EngineProbe();
+  double round();
+  std::map<std::string, FamilyTime> fit() const;
+
+ private:
+  struct Case {
+    std::unique_ptr<engine::Engine> e;
+    Tensor x, y;
+    std::vector<double> best;
+  };
+  const DeviceSpec& d_;
+  std::vector<Case> cases_;
+};
+// EngineProbe's rounds (probe_rounds) and its fit.
 std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d);
 
 struct InferenceRow {

@@ -390,14 +390,47 @@ std::vector<FamilySample> probe_op_samples(const DeviceSpec& d) {
   return out;
 }
 
-std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d) {
-  const std::vector<FamilySample> samples = probe_op_samples(d);
+int probe_rounds(const std::function<std::vector<double>()>& round, const std::function<bool()>& more) {
+  std::vector<double> last = round();
+  int rounds = 1;
+  while (rounds < kMaxProbeRounds && (!more || more())) {
+    const std::vector<double> now = round();
+    ++rounds;
+    bool gained = false;
+    for (size_t i = 0; i < now.size() && i < last.size(); ++i) gained |= now[i] < (1.0 - kProbeRoundGain) * last[i];
+    if (rounds >= kMinProbeRounds && !gained) break;
+    last = now;
+  }
+  return rounds;
+}
+
+double OpProbe::round() {
+  std::vector<FamilySample> more = probe_op_samples(d_);
+  if (samples_.empty()) {
+    samples_ = std::move(more);
+  } else if (more.size() == samples_.size()) {
+    for (size_t i = 0; i < samples_.size(); ++i)
+      if (more[i].op == samples_[i].op && more[i].impl == samples_[i].impl)
+        samples_[i].measured_s = std::min(samples_[i].measured_s, more[i].measured_s);
+  }
+  double total = 0;
+  for (const FamilySample& s : samples_) total += s.measured_s;
+  return total;
+}
+
+std::map<std::string, FamilyTime> OpProbe::fit() const {
   std::map<std::string, std::vector<FamilySample>> by;
-  for (const auto& s : samples)
+  for (const auto& s : samples_)
     for (const std::string& k : family_keys(s.op, s.impl, s.precision, s.shape)) by[k].push_back(s);
   std::map<std::string, FamilyTime> out;
-  for (const auto& [k, v] : by) out[k] = fit_family(v, d.op_overhead_s);
+  for (const auto& [k, v] : by) out[k] = fit_family(v, d_.op_overhead_s);
   return out;
+}
+
+std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d) {
+  OpProbe probe(d);
+  probe_rounds([&] { return std::vector<double>{probe.round()}; });
+  return probe.fit();
 }
 
 }  // namespace reckon

@@ -15,6 +15,7 @@
 // run no autograd, have lines of their own, fitted on the same probe networks compiled by the
 // engine (inference.h: calibrate_engine_families).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -134,11 +135,40 @@ constexpr double kMaxFamilyScale = 50;
 constexpr double kMinFamilySpread = 2.0;
 FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_fixed_s);
 
-// Runs the probe on the cpu and fits every family it met (and every op, over its families): a
-// second or two. d supplies the peaks and bandwidth that the roofline times are taken against.
-std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d);
-// The probe's timed op calls (what calibrate_op_families fits), for tests and `--explain`.
+// The probe's timed op calls (what calibrate_op_families fits), for tests and `--explain`: one
+// pass, each call's best of its timed steps.
 std::vector<FamilySample> probe_op_samples(const DeviceSpec& d);
+// The probe in rounds: each round() one more pass (probe_op_samples), each call's best time over
+// the passes kept (a pass whose calls do not line up with the first's, another kernel chosen,
+// leaves them as they are); returns the sum of those times. fit(): a line per family met (and per
+// op, over its families). d supplies the peaks and bandwidth the roofline times are taken against.
+class OpProbe {
+ public:
+  explicit OpProbe(const DeviceSpec& d) : d_(d) {}
+  double round();
+  std::map<std::string, FamilyTime> fit() const;
+  const std::vector<FamilySample>& samples() const { return samples_; }
+
+ private:
+  const DeviceSpec& d_;
+  std::vector<FamilySample> samples_;
+};
+// Runs `round` (every probe timed once more, each timing's best so far kept; it returns their sums,
+// one per probe) kMinProbeRounds times, then again while the last round took any sum down by more
+// than kProbeRoundGain, at most kMaxProbeRounds in all; returns the rounds run. A machine shared
+// with other tenants has slow spells of seconds that its own /proc/stat does not show: on a 2-core
+// AMD EPYC, 3 of 14 calibrations taken minutes apart, each one pass over the probes, had put every
+// small engine step's line at 1.5-2x the others' (the peaks, measured before, were not slow), and
+// the deployment ledger's predictions at batch 1 1.6-2.1x apart. calibrate_cpu alternates the
+// training probe's rounds with the engine's (inference.h: EngineProbe), so that the rounds of each
+// lie seconds apart. `more` (when given) is asked before each round after the first, and false
+// ends them: a calibration that others' work disturbs is marked and taken again anyway, and under
+// load every round gains (in CI, four calibrations under load had taken 300 s rather than 100).
+constexpr int kMinProbeRounds = 2, kMaxProbeRounds = 4;
+constexpr double kProbeRoundGain = 0.03;
+int probe_rounds(const std::function<std::vector<double>()>& round, const std::function<bool()>& more = {});
+// OpProbe's rounds (probe_rounds) and its fit: a few seconds a round.
+std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d);
 // The probe's networks and the input shapes each runs at (the deployment ledger's engine probe,
 // inference.h, compiles the same ones).
 struct ProbeNetwork {
