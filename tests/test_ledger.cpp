@@ -752,9 +752,44 @@ FamilySample sample(double roofline_s, double measured_s) {
 }
 }  // namespace
 
-// The fit recovers a line it was given, and keeps to its bounds where the samples pull elsewhere.
-// The probes' rounds: two at least, more while a round takes any probe's summed time down by
-// kProbeRoundGain, at most kMaxProbeRounds, and none past the first once `more` says no.
+// The deployment ledger times a oneDNN direct convolution on the taps that read the input and the
+// weights some output reads (StepInfo::conv_tap_share, conv_weight_share); Winograd and gemm
+// compute every tap and fetch every weight.
+TEST(TimeModel, OnlyDirectConvolutionsAreTimedOnTheTapsInsideTheInput) {
+  DeviceSpec d;
+  d.name = "cpu";
+  d.fp32_flops = 1e11;
+  d.bandwidth_bytes = 1e10;
+  d.winograd_speedup = 2;
+  engine::StepInfo s;
+  s.op = "conv2d+bias";
+  s.kind = "onednn";
+  s.conv_tap_share = 0.5;
+  s.conv_weight_share = 0.25;
+  auto roofline = [&](const char* impl, int64_t macs, int64_t bytes) {
+    s.impl = impl;
+    s.cost.macs = macs;
+    s.bytes_moved = bytes;
+    s.weight_bytes = bytes / 2;
+    return engine_step_time(d, s).roofline_s;
+  };
+  // compute-bound: 1e6 MACs
+  EXPECT_DOUBLE_EQ(roofline("jit:avx512_core", 1000000, 1000), 2 * 0.5e6 / 1e11);
+  EXPECT_DOUBLE_EQ(roofline("brgconv:avx512_core", 1000000, 1000), 2 * 0.5e6 / 1e11);
+  EXPECT_DOUBLE_EQ(roofline("x64:gemm:jit", 1000000, 1000), 2 * 1e6 / 1e11);
+  EXPECT_DOUBLE_EQ(roofline("x64:gemm_s8u8s32:jit", 1000000, 1000), 2 * 1e6 / 1e11);
+  EXPECT_DOUBLE_EQ(roofline("jit_wino_4x3:avx512_core", 1000000, 1000), 2 * 1e6 / 2 / 1e11);
+  // memory-bound: 1 MB moved, half of it weights, a quarter of those read
+  EXPECT_DOUBLE_EQ(roofline("jit:avx512_core", 10, 1000000), (1e6 - 0.75 * 5e5) / 1e10);
+  EXPECT_DOUBLE_EQ(roofline("x64:gemm:jit", 10, 1000000), 1e6 / 1e10);
+  EXPECT_TRUE(engine::is_gemm_impl("gemm:jit"));
+  EXPECT_FALSE(engine::is_gemm_impl("brgemm:avx512_core"));
+  EXPECT_FALSE(engine::is_gemm_impl("brgconv_1x1:avx512_core_vnni"));
+}
+
+// The probes' rounds: two at least, more while a round takes any probe's figure (the geometric
+// mean of its calls' times) down by kProbeRoundGain, at most kMaxProbeRounds, and none past the
+// first once `more` says no.
 TEST(TimeModel, ProbeRoundsGoOnWhileARoundStillGains) {
   auto run = [](std::vector<std::vector<double>> sums, std::function<bool()> more = {}) {
     size_t i = 0;
@@ -770,8 +805,12 @@ TEST(TimeModel, ProbeRoundsGoOnWhileARoundStillGains) {
   EXPECT_EQ(run({{100}, {50}}, [] { return false; }), 1);  // disturbed: no round past the first
   int asked = 0;
   EXPECT_EQ(run({{100}, {90}, {80}, {79}}, [&] { return ++asked < 2; }), 2);
+  EXPECT_NEAR(geometric_mean({1e-6, 1e-2}), 1e-4, 1e-15);
+  EXPECT_NEAR(geometric_mean({0.0, 4.0, 9.0}), 6.0, 1e-12);  // (a call never timed counts for nothing)
+  EXPECT_EQ(geometric_mean({}), 0.0);
 }
 
+// The fit recovers a line it was given, and keeps to its bounds where the samples pull elsewhere.
 TEST(TimeModel, TheFitRecoversALineAndKeepsItsBounds) {
   std::vector<FamilySample> line;
   for (double x : {1e-6, 5e-6, 2e-5, 1e-4, 1e-3}) line.push_back(sample(x, 20e-6 + 1.7 * x));

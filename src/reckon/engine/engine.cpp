@@ -21,6 +21,10 @@
 
 namespace reckon::engine {
 
+bool is_gemm_impl(std::string_view impl) {
+  return impl.rfind("gemm", 0) == 0 || impl.find(":gemm") != std::string_view::npos;
+}
+
 namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
@@ -445,10 +449,7 @@ struct Engine::Impl {
     std::optional<dnnl::convolution_forward::primitive_desc> pd;
     const auto any_src = [&] { return make(memory::desc(dims_of(xs), f, tag::any)); };
     const auto is_ref = [](const auto& p) { return std::string(p.impl_info_str()).rfind("ref", 0) == 0; };
-    const auto is_gemm = [](const auto& p) {  // "x64:gemm:jit" and the like, not brgemm
-      const std::string impl = p.impl_info_str();
-      return impl.rfind("gemm", 0) == 0 || impl.find(":gemm") != std::string::npos;
-    };
+    const auto is_gemm = [](const auto& p) { return is_gemm_impl(p.impl_info_str()); };
     // (A 1x1 convolution on NCHW is a plain matrix product under gemm: kept, no reorder.)
     const bool pointwise = ws[2] == 1 && ws[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1;
     if (opt.blocked_layouts && xv.md.data.format_kind == dnnl_blocked) {

@@ -66,7 +66,7 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   // The MACs its kernel computes: oneDNN's direct convolutions skip the padded taps
   // (StepInfo::conv_tap_share); Winograd transforms whole padded tiles and gemm multiplies the
   // im2col matrix's zeros, so those compute them all.
-  const bool skips_padding = s.impl.find("wino") == std::string::npos && s.impl.rfind("gemm", 0) != 0;
+  const bool skips_padding = s.impl.find("wino") == std::string::npos && !engine::is_gemm_impl(s.impl);
   const double macs = double(s.cost.macs) * (skips_padding ? s.conv_tap_share : 1.0);
   double flops = 2 * macs + double(s.cost.flops);
   if (s.impl.find("wino") != std::string::npos && d.winograd_speedup > 0)
@@ -150,19 +150,19 @@ EngineProbe::EngineProbe(const DeviceSpec& d) : d_(d) {
 EngineProbe::~EngineProbe() = default;
 
 double EngineProbe::round() {
-  double total = 0;
+  std::vector<double> best;
   for (Case& c : cases_) {
     std::vector<double> t;
     try {
       t = fastest_steps(*c.e, c.x, c.y, 7);
     } catch (const Error&) {
-      continue;  // (compiled, then failed: its families go to the roofline, as above)
+      t.clear();  // (compiled, then failed: its earlier rounds' times stand, if any)
     }
     if (c.best.empty()) c.best = t;
     for (size_t k = 0; k < t.size() && k < c.best.size(); ++k) c.best[k] = std::min(c.best[k], t[k]);
-    for (double b : c.best) total += b;
+    best.insert(best.end(), c.best.begin(), c.best.end());
   }
-  return total;
+  return geometric_mean(best);
 }
 
 std::map<std::string, FamilyTime> EngineProbe::fit() const {
@@ -181,12 +181,6 @@ std::map<std::string, FamilyTime> EngineProbe::fit() const {
   std::map<std::string, FamilyTime> out;
   for (const auto& [k, v] : by) out[k] = fit_family(v, d_.engine_step_overhead_s);
   return out;
-}
-
-std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d) {
-  EngineProbe probe(d);
-  probe_rounds([&] { return std::vector<double>{probe.round()}; });
-  return probe.fit();
 }
 
 InferenceLedger inference_ledger(const std::string& model_name, const InferenceConfig& cfg) {

@@ -45,7 +45,7 @@ struct InferenceConfig {
 // bandwidth of that working set. On a cpu whose calibration has a line for the step's family
 // (engine_step_families: the op, its implementation and precision, then the op and precision),
 // that line, fixed + scale x roofline, fitted on the probe networks compiled and timed step by
-// step (calibrate_engine_families); else the roofline plus the engine's per-step overhead.
+// step (EngineProbe); else the roofline plus the engine's per-step overhead.
 struct EngineStepTime {
   double roofline_s = 0, total_s = 0, fixed_s = 0;
   bool compute_bound = false;
@@ -55,8 +55,8 @@ std::vector<std::string> engine_step_families(const engine::StepInfo& s);
 EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s);
 // The probe networks (time_model.h) compiled by the engine in fp32 and int8 (calibrated on the
 // random input they are timed with), all kept; each round() times every step over a few runs and
-// keeps its fastest time over the rounds (the sum of those returned: probe_rounds, time_model.h);
-// fit(): a line per family.
+// keeps its fastest time over the rounds (their geometric mean returned: probe_rounds,
+// time_model.h); fit(): a line per family. calibrate_cpu runs it.
 class EngineProbe {
  public:
   explicit EngineProbe(const DeviceSpec& d);
@@ -73,8 +73,6 @@ class EngineProbe {
   const DeviceSpec& d_;
   std::vector<Case> cases_;
 };
-// EngineProbe's rounds (probe_rounds) and its fit.
-std::map<std::string, FamilyTime> calibrate_engine_families(const DeviceSpec& d);
 
 struct InferenceRow {
   engine::StepInfo step;

@@ -404,18 +404,29 @@ int probe_rounds(const std::function<std::vector<double>()>& round, const std::f
   return rounds;
 }
 
+double geometric_mean(const std::vector<double>& t) {
+  double sum = 0;
+  int n = 0;
+  for (double x : t)
+    if (x > 0) sum += std::log(x), ++n;
+  return n ? std::exp(sum / n) : 0.0;
+}
+
 double OpProbe::round() {
   std::vector<FamilySample> more = probe_op_samples(d_);
   if (samples_.empty()) {
     samples_ = std::move(more);
   } else if (more.size() == samples_.size()) {
-    for (size_t i = 0; i < samples_.size(); ++i)
-      if (more[i].op == samples_[i].op && more[i].impl == samples_[i].impl)
-        samples_[i].measured_s = std::min(samples_[i].measured_s, more[i].measured_s);
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      const FamilySample &a = samples_[i], &b = more[i];
+      if (a.op == b.op && a.impl == b.impl && a.precision == b.precision && a.shape.width == b.shape.width &&
+          a.shape.out_hw == b.shape.out_hw && a.roofline_s == b.roofline_s)
+        samples_[i].measured_s = std::min(a.measured_s, b.measured_s);
+    }
   }
-  double total = 0;
-  for (const FamilySample& s : samples_) total += s.measured_s;
-  return total;
+  std::vector<double> t;
+  for (const FamilySample& s : samples_) t.push_back(s.measured_s);
+  return geometric_mean(t);
 }
 
 std::map<std::string, FamilyTime> OpProbe::fit() const {
@@ -425,12 +436,6 @@ std::map<std::string, FamilyTime> OpProbe::fit() const {
   std::map<std::string, FamilyTime> out;
   for (const auto& [k, v] : by) out[k] = fit_family(v, d_.op_overhead_s);
   return out;
-}
-
-std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d) {
-  OpProbe probe(d);
-  probe_rounds([&] { return std::vector<double>{probe.round()}; });
-  return probe.fit();
 }
 
 }  // namespace reckon

@@ -13,7 +13,7 @@
 // computes in f32) to the fp32 lines; an op the probe did not run at all (the fp16 loss scaler's
 // ops) to the roofline and the per-op fixed cost. The inference engine's compiled steps, which
 // run no autograd, have lines of their own, fitted on the same probe networks compiled by the
-// engine (inference.h: calibrate_engine_families).
+// engine (inference.h: EngineProbe).
 #pragma once
 #include <functional>
 #include <map>
@@ -135,13 +135,14 @@ constexpr double kMaxFamilyScale = 50;
 constexpr double kMinFamilySpread = 2.0;
 FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_fixed_s);
 
-// The probe's timed op calls (what calibrate_op_families fits), for tests and `--explain`: one
+// The probe's timed op calls (what OpProbe fits), for tests and `--explain`: one
 // pass, each call's best of its timed steps.
 std::vector<FamilySample> probe_op_samples(const DeviceSpec& d);
 // The probe in rounds: each round() one more pass (probe_op_samples), each call's best time over
 // the passes kept (a pass whose calls do not line up with the first's, another kernel chosen,
-// leaves them as they are); returns the sum of those times. fit(): a line per family met (and per
-// op, over its families). d supplies the peaks and bandwidth the roofline times are taken against.
+// or shape, leaves them as they are); returns those times' geometric mean. fit(): a line per family
+// met (and per op, over its families). d supplies the peaks and bandwidth the roofline times are
+// taken against. calibrate_cpu runs it (a few seconds a round), with EnableGrad.
 class OpProbe {
  public:
   explicit OpProbe(const DeviceSpec& d) : d_(d) {}
@@ -153,22 +154,24 @@ class OpProbe {
   const DeviceSpec& d_;
   std::vector<FamilySample> samples_;
 };
-// Runs `round` (every probe timed once more, each timing's best so far kept; it returns their sums,
-// one per probe) kMinProbeRounds times, then again while the last round took any sum down by more
-// than kProbeRoundGain, at most kMaxProbeRounds in all; returns the rounds run. A machine shared
+// Runs `round` (every probe timed once more, each timing's best so far kept; it returns their
+// geometric means, one per probe, so that a thousand small calls count as much as one large one)
+// kMinProbeRounds times, then again while the last round took any of them down by more than
+// kProbeRoundGain, at most kMaxProbeRounds in all; returns the rounds run. A machine shared
 // with other tenants has slow spells of seconds that its own /proc/stat does not show: on a 2-core
-// AMD EPYC, 3 of 14 calibrations taken minutes apart, each one pass over the probes, had put every
+// AMD EPYC, 2 of 7 calibrations taken minutes apart, each one pass over the probes, had put every
 // small engine step's line at 1.5-2x the others' (the peaks, measured before, were not slow), and
-// the deployment ledger's predictions at batch 1 1.6-2.1x apart. calibrate_cpu alternates the
-// training probe's rounds with the engine's (inference.h: EngineProbe), so that the rounds of each
-// lie seconds apart. `more` (when given) is asked before each round after the first, and false
+// the deployment ledger's predictions at batch 1 1.6-2.2x apart; 1 of 14 with these rounds (a
+// spell as long as its 15 s). calibrate_cpu alternates the training probe's rounds with the
+// engine's (inference.h: EngineProbe), so that the rounds of each lie seconds apart. `more` (when given) is asked before each round after the first, and false
 // ends them: a calibration that others' work disturbs is marked and taken again anyway, and under
-// load every round gains (in CI, four calibrations under load had taken 300 s rather than 100).
+// load every round gains (the test of the calibration cache, four calibrations three of them under
+// load, had taken 300 s rather than 74).
 constexpr int kMinProbeRounds = 2, kMaxProbeRounds = 4;
 constexpr double kProbeRoundGain = 0.03;
 int probe_rounds(const std::function<std::vector<double>()>& round, const std::function<bool()>& more = {});
-// OpProbe's rounds (probe_rounds) and its fit: a few seconds a round.
-std::map<std::string, FamilyTime> calibrate_op_families(const DeviceSpec& d);
+// exp(mean(log t)) over the positive t (0 if none).
+double geometric_mean(const std::vector<double>& t);
 // The probe's networks and the input shapes each runs at (the deployment ledger's engine probe,
 // inference.h, compiles the same ones).
 struct ProbeNetwork {
