@@ -624,15 +624,14 @@ DeviceSpec calibrate_cpu() {
     // by the inference engine in fp32 and int8 (inference.h), both against the peaks and
     // bandwidth just measured. Their rounds alternate (probe_rounds), each probe's seconds apart.
     OpProbe ops(d);
-    std::optional<EngineProbe> steps;
-    steps.emplace(d);
+    EngineProbe steps(d);  // (its engines gone at the block's end, before the restart below)
     probe_rounds([&] {
       double train_s = 0;
       {
         EnableGrad grad;
         train_s = ops.round();
       }
-      return std::vector<double>{train_s, steps->round()};
+      return std::vector<double>{train_s, steps.round()};
     }, [&] {
       // (A sanitized or unoptimized build's calibration times nothing a user runs, under keys of
       // its own: one round. With two under ASan, CI's hostile-input tests that calibrate took
@@ -642,8 +641,7 @@ DeviceSpec calibrate_cpu() {
                  kCalibrationBusyShare;
     });
     d.op_families = ops.fit();
-    for (auto& [k, f] : steps->fit()) d.op_families[k] = f;
-    steps.reset();
+    for (auto& [k, f] : steps.fit()) d.op_families[k] = f;
   }
   host_memory_restart(Device::cpu);  // the calibration's blocks go back to the system
   d.others_cpu_share = others_cpu_share(stat0, read_proc_stat(), self_cpu_seconds() - self0, cpus, threads);

@@ -66,10 +66,11 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   // The MACs its kernel computes: oneDNN's direct convolutions skip the padded taps
   // (StepInfo::conv_tap_share); Winograd transforms whole padded tiles and gemm multiplies the
   // im2col matrix's zeros, so those compute them all.
-  const bool skips_padding = s.impl.find("wino") == std::string::npos && !engine::is_gemm_impl(s.impl);
+  const bool wino = s.impl.find("wino") != std::string::npos;
+  const bool skips_padding = !wino && !engine::is_gemm_impl(s.impl);
   const double macs = double(s.cost.macs) * (skips_padding ? s.conv_tap_share : 1.0);
   double flops = 2 * macs + double(s.cost.flops);
-  if (s.impl.find("wino") != std::string::npos && d.winograd_speedup > 0)
+  if (wino && d.winograd_speedup > 0)
     flops = 2 * macs / d.winograd_speedup + double(s.cost.flops);
   const double lanes = s.lane_use > 0 && s.lane_use < 1 ? s.lane_use : 1.0;  // the lanes it issues (KernelCtx::lane_use)
   flops /= lanes;

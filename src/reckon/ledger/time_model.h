@@ -148,7 +148,6 @@ class OpProbe {
   explicit OpProbe(const DeviceSpec& d) : d_(d) {}
   double round();
   std::map<std::string, FamilyTime> fit() const;
-  const std::vector<FamilySample>& samples() const { return samples_; }
 
  private:
   const DeviceSpec& d_;
@@ -163,8 +162,8 @@ class OpProbe {
 // small engine step's line at 1.5-2x the others' (the peaks, measured before, were not slow), and
 // the deployment ledger's predictions at batch 1 1.6-2.2x apart; 1 of 14 with these rounds (a
 // spell as long as its 15 s). calibrate_cpu alternates the training probe's rounds with the
-// engine's (inference.h: EngineProbe), so that the rounds of each lie seconds apart. `more` (when given) is asked before each round after the first, and false
-// ends them: a calibration that others' work disturbs is marked and taken again anyway, and under
+// engine's (inference.h: EngineProbe), so that the rounds of each lie seconds apart. `more` (when
+// given) is asked before each round after the first, and false ends them: a calibration that others' work disturbs is marked and taken again anyway, and under
 // load every round gains (the test of the calibration cache, four calibrations three of them under
 // load, had taken 300 s rather than 74).
 constexpr int kMinProbeRounds = 2, kMaxProbeRounds = 4;
