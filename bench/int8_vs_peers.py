@@ -26,9 +26,10 @@ repeat in fresh processes and in turn (one runs at a time):
 Each reports the median of single-run latencies (p50); images/s = batch / p50; the table has the
 median over repeats, reckon int8's ratio to each peer (above 1: reckon is faster) and its share of
 the machine's int8 peak: bench/vnni_peak.c (vpdpbusd in 16 chains per thread, compiled and run here
-on T threads) unless --int8-peak (G MAC/s over all threads) is given. The MACs are the declared
-MACs of the fp32 model (`reckon ledger --inference`), padded taps included. Not a test: nothing here
-fails on a slow result.
+on T threads) unless --int8-peak (G MAC/s over all threads) is given, taken of two counts of the
+fp32 model's MACs (`reckon ledger --inference`): all declared taps, padding included, and the taps
+that read the input (its `macs_read`; oneDNN's direct kernels skip the rest). Not a test: nothing
+here fails on a slow result.
 """
 import argparse
 import json
@@ -161,7 +162,8 @@ def main():
         row = {"model": model, "batch": batch, "threads": a.threads, **{f"{k}_p50_ms": v for k, v in med.items()},
                "torch_int8_p50_ms": best[1] if best else None,
                "torch": info.get(f"torch:{best[0]}") if best else None,
-               "macs": macs.get("totals", {}).get("macs"), "info": info}
+               "macs": macs.get("totals", {}).get("macs"), "macs_read": macs.get("totals", {}).get("macs_read"),
+               "info": info}
         results.append(row)
         print(json.dumps(row), file=sys.stderr)
 
@@ -172,7 +174,7 @@ def main():
     print(f"\n{a.threads} threads; median of {a.repeats} repeats of p50 latency; images/s = batch / p50; "
           f"int8 peak (vpdpbusd, {a.threads} threads): {peak:.0f} G MAC/s")
     print("| case | reckon fp32 | reckon int8 | reckon on ORT's file | ORT int8 | PyTorch int8 | int8 / fp32 "
-          "| reckon / ORT | ORT's file: reckon / ORT | reckon / PyTorch | reckon int8 share of peak |")
+          "| reckon / ORT | ORT's file: reckon / ORT | reckon / PyTorch | reckon int8 share of peak: all taps, taps read |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         b = r["batch"]
@@ -182,7 +184,8 @@ def main():
         tname = f" ({r['torch']['version']})" if r["torch"] else " (n/a)"
         share = "n/a"
         if peak and r["macs"] and r.get("reckon_int8_p50_ms"):
-            share = f"{r['macs'] / (r['reckon_int8_p50_ms'] / 1e3) / 1e9 / peak:.0%}"
+            rate = 1e3 / r["reckon_int8_p50_ms"] / 1e9 / peak
+            share = f"{r['macs'] * rate:.0%}" + (f", {r['macs_read'] * rate:.0%}" if r.get("macs_read") else "")
         print(f"| {r['model']} batch {b} | {f:,.1f} | {i:,.1f} | {rf:,.1f} | {o:,.1f} | {t:,.1f}{tname} | "
               f"{i / f:.2f} | {i / o:.2f} | {rf / o:.2f} | {i / t:.2f} | {share} |")
     if a.json:

@@ -779,6 +779,11 @@ TEST(TimeModel, OnlyDirectConvolutionsAreTimedOnTheTapsInsideTheInput) {
   EXPECT_DOUBLE_EQ(roofline("x64:gemm:jit", 1000000, 1000), 2 * 1e6 / 1e11);
   EXPECT_DOUBLE_EQ(roofline("x64:gemm_s8u8s32:jit", 1000000, 1000), 2 * 1e6 / 1e11);
   EXPECT_DOUBLE_EQ(roofline("jit_wino_4x3:avx512_core", 1000000, 1000), 2 * 1e6 / 2 / 1e11);
+  // reckon's own kernels (the int8 depthwise one, the small layers' loops) multiply the padding too
+  s.kind = "direct";
+  EXPECT_DOUBLE_EQ(roofline("reckon int8 depthwise (avx512_vnni)", 1000000, 1000), 2 * 1e6 / 1e11);
+  EXPECT_DOUBLE_EQ(roofline("reckon int8 depthwise (avx512_vnni)", 10, 1000000), 1e6 / 1e10);
+  s.kind = "onednn";
   // memory-bound: 1 MB moved, half of it weights, a quarter of those read
   EXPECT_DOUBLE_EQ(roofline("jit:avx512_core", 10, 1000000), (1e6 - 0.75 * 5e5) / 1e10);
   EXPECT_DOUBLE_EQ(roofline("x64:gemm:jit", 10, 1000000), 1e6 / 1e10);
@@ -1015,6 +1020,45 @@ TEST(TimeModel, EveryEngineStepOfTheZoosInferenceHasACalibratedLine) {
         }
         EXPECT_NEAR(sum, l.predicted_s, 1e-9 * l.predicted_s);
       }
+}
+
+// The deployment ledger counts the MACs on taps that read the input (what a share of a peak is
+// fairly taken of): resnet18_cifar on 32 x 32 has 3x3 layers with padding 1 on 32, 16, 8 and 4
+// pixels, where a dimension's 3H taps lose 2 to the padding, and strided ones that lose fewer.
+TEST(DeploymentLedger, CountsTheMacsOnTapsThatReadTheInput) {
+  for (const char* precision : {"fp32", "int8"}) {
+    SCOPED_TRACE(precision);
+    InferenceConfig cfg;
+    cfg.batch = 2;
+    cfg.precision = precision;
+    const InferenceLedger l = inference_ledger("resnet18_cifar", cfg);
+    double read = 0;
+    int stride1_3x3 = 0;
+    for (const InferenceRow& r : l.rows) {
+      const engine::StepInfo& s = r.step;
+      read += double(s.cost.macs) * s.conv_tap_share;
+      if (s.op.rfind("conv2d", 0) != 0) {
+        EXPECT_EQ(s.conv_tap_share, 1.0) << s.op;
+        continue;
+      }
+      EXPECT_GT(s.conv_tap_share, 0.0) << s.name;
+      EXPECT_LE(s.conv_tap_share, 1.0) << s.name;
+      if (s.conv_out_hw == 0 || s.name.find("conv2") == std::string::npos) continue;  // 3x3, stride 1
+      const double h = std::sqrt(double(s.conv_out_hw)), per_dim = (3 * h - 2) / (3 * h);
+      EXPECT_NEAR(s.conv_tap_share, per_dim * per_dim, 1e-12) << s.name << " on " << h;
+      ++stride1_3x3;
+    }
+    EXPECT_EQ(stride1_3x3, 8);
+    EXPECT_NEAR(l.macs_read, read, 1e-6 * read);
+    EXPECT_LT(l.macs_read, 0.9 * double(l.macs));
+    EXPECT_GT(l.macs_read, 0.8 * double(l.macs));
+    const std::string text = format_inference(l);
+    EXPECT_NE(text.find("on taps that read the input"), std::string::npos);
+    const auto j = nlohmann::json::parse(inference_json(l));
+    EXPECT_EQ(j["totals"]["macs_read"].get<int64_t>(), std::llround(l.macs_read));
+    EXPECT_EQ(j["steps"].size(), l.rows.size());
+    EXPECT_TRUE(j["steps"][0].contains("conv_tap_share"));
+  }
 }
 
 // ---- the process's memory (issue 15) ----

@@ -261,9 +261,8 @@ struct Engine::Impl {
         const Shape &x = gval(n.inputs[0]).spec.shape, &w = gval(n.inputs[1]).spec.shape,
                     &y = gval(n.outputs[0]).spec.shape;
         if (w.size() == 4 && y.size() == 4) s.info.conv_width = std::min(w[0], w[1]), s.info.conv_out_hw = y[2] * y[3];
-        // (oneDNN's kernels skip the taps that fall on padding; reckon's own compute them)
         const ConvAttrs* a = conv_attrs_of(n);
-        if (a && s.info.kind == "onednn" && x.size() == 4 && w.size() == 4 && y.size() == 4)
+        if (a && x.size() == 4 && w.size() == 4 && y.size() == 4)
           conv_tap_shares(x, w, y, *a, s.info.conv_tap_share, s.info.conv_weight_share);
       }
     }

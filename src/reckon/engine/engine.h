@@ -62,10 +62,11 @@ struct StepInfo {
   // A convolution's width (the fewer of its output channels and input channels per group) and
   // output pixels (H x W), which the deployment ledger's time classes it by; 0 for other steps.
   int64_t conv_width = 0, conv_out_hw = 0;
-  // A oneDNN convolution's taps that read the input rather than its padding, as a share of the
-  // taps its declared MACs count (oneDNN's kernels skip the padding: a 3x3 layer on a 1x1 input
-  // reads 1 of 9), and the share of its kernel's taps that some output reads (there: the centre's
-  // weights alone). 1 for other steps (reckon's own kernels compute the padded taps).
+  // A convolution's taps that read the input rather than its padding, as a share of the taps its
+  // declared MACs count (a 3x3 layer on a 1x1 input reads 1 of 9), and the share of its kernel's
+  // taps that some output reads (there: the centre's weights alone); 1 for other steps. oneDNN's
+  // direct kernels skip the rest, reckon's own (kind "direct"), Winograd and gemm compute it: the
+  // deployment ledger times each so (engine_step_time).
   double conv_tap_share = 1.0, conv_weight_share = 1.0;
   bool in_place = false;      // writes its output over an input that dies here
   bool reorder_between_convs = false;  // a reorder whose input a convolution made and a convolution reads

@@ -64,10 +64,11 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   EngineStepTime t;
   const double peak = d.peak("fp32");
   // The MACs its kernel computes: oneDNN's direct convolutions skip the padded taps
-  // (StepInfo::conv_tap_share); Winograd transforms whole padded tiles and gemm multiplies the
-  // im2col matrix's zeros, so those compute them all.
+  // (StepInfo::conv_tap_share); Winograd transforms whole padded tiles, gemm multiplies the
+  // im2col matrix's zeros and reckon's own kernels (kind "direct") the padding's, so those
+  // compute them all.
   const bool wino = s.impl.find("wino") != std::string::npos;
-  const bool skips_padding = !wino && !engine::is_gemm_impl(s.impl);
+  const bool skips_padding = s.kind == "onednn" && !wino && !engine::is_gemm_impl(s.impl);
   const double macs = double(s.cost.macs) * (skips_padding ? s.conv_tap_share : 1.0);
   double flops = 2 * macs + double(s.cost.flops);
   if (wino && d.winograd_speedup > 0)
@@ -251,6 +252,7 @@ InferenceLedger inference_ledger(const std::string& model_name, const InferenceC
     r.line = t.line;
     r.bound = t.fixed_s > t.total_s - t.fixed_s ? "overhead" : t.compute_bound ? "compute" : "memory";
     l.macs += s.cost.macs;
+    l.macs_read += double(s.cost.macs) * s.conv_tap_share;
     l.bytes_moved += s.bytes_moved;
     l.predicted_s += r.predicted_s;
     l.rows.push_back(std::move(r));
@@ -328,6 +330,9 @@ std::string format_inference(const InferenceLedger& l) {
                                             b / l.measured_p50_s)
                               : ""));
   line(fmt::format("  MACs                             {}", format_count(l.macs)));
+  if (std::llround(l.macs_read) < l.macs)
+    line(fmt::format("    on taps that read the input    {} ({:.1f}%; the rest multiply a convolution's padding)",
+                     format_count(std::llround(l.macs_read)), 100.0 * l.macs_read / double(l.macs)));
   line(fmt::format("  bytes moved                      {}", format_count(l.bytes_moved)));
   line(fmt::format("  arena                            {} ({} if no two values shared){}", format_mib(l.arena_bytes),
                    format_mib(l.values_bytes),
@@ -363,7 +368,8 @@ std::string inference_json(const InferenceLedger& l) {
     json j{{"name", s.name},           {"op", s.op},         {"kind", s.kind},           {"macs", s.cost.macs},
            {"flops", r.flops},         {"bytes_moved", s.bytes_moved}, {"weight_bytes", s.weight_bytes},
            {"arena_offset", s.out_offset}, {"out_bytes", s.out_bytes}, {"scratch_bytes", s.scratch_bytes},
-           {"impl", s.impl},           {"in_place", s.in_place}, {"bound", r.bound}, {"line", r.line}, {"predicted_ms", 1e3 * r.predicted_s}};
+           {"impl", s.impl},           {"in_place", s.in_place}, {"conv_tap_share", s.conv_tap_share},
+           {"conv_weight_share", s.conv_weight_share}, {"bound", r.bound}, {"line", r.line}, {"predicted_ms", 1e3 * r.predicted_s}};
     if (l.measured) j["measured_ms"] = 1e3 * r.measured_s;
     rows.push_back(j);
   }
@@ -387,6 +393,7 @@ std::string inference_json(const InferenceLedger& l) {
            {"requests_per_s", 1.0 / l.predicted_s},
            {"images_per_s", double(l.config.batch) / l.predicted_s},
            {"macs", l.macs},
+           {"macs_read", std::llround(l.macs_read)},
            {"bytes_moved", l.bytes_moved},
            {"arena_bytes", l.arena_bytes},
            {"values_bytes", l.values_bytes},

@@ -94,6 +94,9 @@ struct InferenceLedger {
   int64_t int8_layers = 0;     // int8: conv/linear layers in int8
   int reorders = 0, reorders_plain = 0;  // per run, and with plain layouts (what choosing them saved)
   int64_t macs = 0, bytes_moved = 0;
+  // The MACs on taps that read the input (a convolution's declared MACs less those that multiply
+  // its padding: StepInfo::conv_tap_share), what a share of an int8 or fp32 peak is fairly taken of.
+  double macs_read = 0;
   int64_t arena_bytes = 0, values_bytes = 0, weight_bytes = 0;
   int64_t params = 0;                      // constant elements (weights, biases, statistics)
   int64_t file_fp32 = 0, file_bf16 = 0, file_int8 = 0;  // weights' bytes at each precision
