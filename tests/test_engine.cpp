@@ -415,9 +415,9 @@ TEST(EngineCli, BenchInferAndTheDeploymentLedgerPrintTheirFigures) {
   fs::remove_all(d);
 }
 
-// A oneDNN convolution's step says which share of its declared taps read the input (its kernels
-// skip the padding), and which share of its weights some output reads: the deployment ledger
-// times it on those (ledger/inference.cpp).
+// A convolution's step says which share of its declared taps read the input, and which share of
+// its weights some output reads: the deployment ledger times a oneDNN direct one on those (its
+// kernels skip the padding; reckon's own, Winograd and gemm do not: ledger/inference.cpp).
 TEST(EngineSteps, ConvolutionsSayHowMuchOfTheirTapsIsPadding) {
   struct Case {
     Shape x;

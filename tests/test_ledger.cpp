@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -339,6 +340,44 @@ TEST(Ledger, FrozenFeatureExtractorPredictsAndMeasuresLess) {
               ledger("resnet18_cifar", bad);
             }).find("--freeze: 'layer9' names no parameter"),
             std::string::npos);
+}
+
+// --measure keeps each op call's time (measured.ops): in the step's order, summing to its row's
+// measured time, and beside it the ledger's prediction for that call, which sums to the row's.
+TEST(Ledger, MeasureKeepsEachOpCallsTimeBesideItsPrediction) {
+  LedgerConfig c = config(4);
+  c.measure = true;
+  c.measure_steps = 1;
+  const Ledger l = ledger("resnet18_cifar", c);
+  ASSERT_TRUE(l.measured.ran);
+  const auto& ops = l.measured.ops;
+  ASSERT_GT(ops.size(), 100u);
+  std::map<std::string, double> measured, predicted;
+  double sum = 0;
+  int convs = 0;
+  for (const auto& o : ops) {
+    EXPECT_GT(o.measured_s, 0.0) << o.row << " " << o.op;
+    EXPECT_GT(o.predicted_s, 0.0) << o.row << " " << o.op << ": the calls line up with the meta device's";
+    EXPECT_FALSE(o.family.empty());
+    EXPECT_TRUE(o.phase == "forward" || o.phase == "backward" || o.phase == "optimizer") << o.phase;
+    measured[o.row] += o.measured_s;
+    predicted[o.row] += o.predicted_s;
+    sum += o.measured_s;
+    if (o.op.rfind("conv2d", 0) == 0) {
+      ++convs;
+      EXPECT_NE(o.family.find(o.op + " | "), std::string::npos) << o.family << ": a convolution names its kernel";
+    }
+  }
+  EXPECT_EQ(convs, 3 * 20 - 1) << "20 convolutions, forward, backward-weight, and backward-data but the first's";
+  EXPECT_LE(sum, l.measured.step_s);
+  for (const LedgerRow& r : l.rows) {
+    SCOPED_TRACE(r.scope);
+    EXPECT_NEAR(measured[r.scope], r.measured_s, 1e-12);
+    EXPECT_NEAR(predicted[r.scope], r.cpu_time_s, 1e-9 * std::max(r.cpu_time_s, 1e-9));
+  }
+  const json j = json::parse(ledger_json(l));
+  ASSERT_EQ(j["measured"]["ops"].size(), ops.size());
+  EXPECT_EQ(j["measured"]["ops"][0]["row"].get<std::string>(), ops[0].row);
 }
 
 // At 112 x 112 (a quarter of the default's pixels) to keep CI's two cores at a few seconds.
@@ -1033,7 +1072,7 @@ TEST(DeploymentLedger, CountsTheMacsOnTapsThatReadTheInput) {
     cfg.precision = precision;
     const InferenceLedger l = inference_ledger("resnet18_cifar", cfg);
     double read = 0;
-    int stride1_3x3 = 0;
+    int stride1_3x3 = 0, stride2_3x3 = 0, downsample = 0;
     for (const InferenceRow& r : l.rows) {
       const engine::StepInfo& s = r.step;
       read += double(s.cost.macs) * s.conv_tap_share;
@@ -1043,12 +1082,21 @@ TEST(DeploymentLedger, CountsTheMacsOnTapsThatReadTheInput) {
       }
       EXPECT_GT(s.conv_tap_share, 0.0) << s.name;
       EXPECT_LE(s.conv_tap_share, 1.0) << s.name;
-      if (s.conv_out_hw == 0 || s.name.find("conv2") == std::string::npos) continue;  // 3x3, stride 1
-      const double h = std::sqrt(double(s.conv_out_hw)), per_dim = (3 * h - 2) / (3 * h);
-      EXPECT_NEAR(s.conv_tap_share, per_dim * per_dim, 1e-12) << s.name << " on " << h;
-      ++stride1_3x3;
+      const double h = std::sqrt(double(s.conv_out_hw));
+      if (s.name.find("downsample") != std::string::npos) {  // 1x1, no padding
+        EXPECT_EQ(s.conv_tap_share, 1.0) << s.name;
+        ++downsample;
+      } else if (s.name.find("conv2") != std::string::npos) {  // 3x3, stride 1: 3H taps less 2
+        EXPECT_NEAR(s.conv_tap_share, std::pow((3 * h - 2) / (3 * h), 2), 1e-12) << s.name << " on " << h;
+        ++stride1_3x3;
+      } else if (s.name.find(".0.conv1") != std::string::npos && s.name != "layer1.0.conv1") {  // stride 2: less 1
+        EXPECT_NEAR(s.conv_tap_share, std::pow((3 * h - 1) / (3 * h), 2), 1e-12) << s.name << " to " << h;
+        ++stride2_3x3;
+      }
     }
     EXPECT_EQ(stride1_3x3, 8);
+    EXPECT_EQ(stride2_3x3, 3);
+    EXPECT_EQ(downsample, 3);
     EXPECT_NEAR(l.macs_read, read, 1e-6 * read);
     EXPECT_LT(l.macs_read, 0.9 * double(l.macs));
     EXPECT_GT(l.macs_read, 0.8 * double(l.macs));

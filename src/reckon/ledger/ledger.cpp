@@ -587,6 +587,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
   // and the dispatcher's work between kernels is counted); the best of the timed steps is kept
   // per op, since a machine shared with other jobs slows some steps down.
   std::vector<LedgerOp> recs;
+  std::vector<std::string> families;  // each op's time family (its impl known only in the callback)
   std::vector<double> op_s;
   double best_step_s = 1e30, best_tail_s = 1e30;
   for (int s = 0; s < cfg.measure_steps; ++s) {
@@ -599,6 +600,8 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
         const auto now = Clock::now();
         if (s == 0) {
           recs.push_back(ledger_op(r));
+          recs.back().impl = {};  // a view of the record's string, which dies with the callback
+          families.push_back(time_family(r.op, r.impl, op_precision(recs.back()), conv_class(recs.back().conv)));
           op_s.push_back(1e30);
         }
         if (i < op_s.size()) op_s[i] = std::min(op_s[i], std::chrono::duration<double>(now - last).count());
@@ -630,8 +633,17 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     auto it = index.find(recs[k].row);
     if (it != index.end()) L.rows[it->second].measured_s += op_s[k];
   }
-  // Workspace the meta device could not see: kernels that ran here but do not plan.
   const bool aligned = recs.size() == meta_recs.size();
+  {
+    const DeviceSpec cpu = device_spec("cpu");
+    for (size_t k = 0; k < recs.size(); ++k) {
+      const LedgerOp& r = recs[k];
+      LedgerMeasured::Op o{r.row, std::string(r.name), std::string(phase_name(r.phase)), families[k], op_s[k], -1};
+      if (aligned && meta_recs[k].op == r.op) o.predicted_s = time_of(cpu, meta_recs[k]).total_s;
+      M.ops.push_back(std::move(o));
+    }
+  }
+  // Workspace the meta device could not see: kernels that ran here but do not plan.
   std::vector<std::string> names;
   for (size_t k = 0; k < recs.size(); ++k) {
     if (recs[k].workspace_bytes <= 0) continue;

@@ -161,6 +161,15 @@ struct LedgerMeasured {
   double optimizer_s = 0;            // the optimizer phase's ops (best per op), in step_s
   double best_step_wall_s = 0;       // the fastest timed step, wall clock
   double fp32_flops_now = 0;         // the cpu's fp32 peak just after the timed steps (devices.h)
+  // Each op call of the step in order (`--json`'s measured.ops): its row, op, phase, the time
+  // family the ledger times it by, its best measured time (from the previous op's end to its own,
+  // as the rows sum them) and the cpu time the ledger predicted for it (-1 where the measured
+  // step's calls did not line up with the meta device's).
+  struct Op {
+    std::string row, op, phase, family;
+    double measured_s = 0, predicted_s = -1;
+  };
+  std::vector<Op> ops;
 };
 
 // One point of the step's memory timeline: live bytes by tag on the meta device right after an op

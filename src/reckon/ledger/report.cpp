@@ -434,6 +434,11 @@ std::string ledger_json(const Ledger& l) {
                      {"fp32_flops_now", m.fp32_flops_now},
                      {"cpu_speed", cpu_speed},
                      {"optimizer_s", m.optimizer_s}};
+    json ops = json::array();
+    for (const auto& o : m.ops)
+      ops.push_back({{"row", o.row}, {"op", o.op}, {"phase", o.phase}, {"family", o.family},
+                     {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s}});
+    j["measured"]["ops"] = std::move(ops);
   }
   return j.dump(1) + "\n";
 }
