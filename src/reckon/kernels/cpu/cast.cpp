@@ -19,7 +19,7 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 template <class S, class D>
 void convert(const S* src, D* dst, int64_t n) {
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] = lowp::store<D>(lowp::load(src[i]));
 }
 bool is_f32_or_lowp(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; }
@@ -42,14 +42,14 @@ Support Cast::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> out,
   if (s == DType::f32 && d == DType::f64) {
     const float* src = x.data<float>();
     double* dst = y.data<double>();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) dst[i] = double(src[i]);
     return Support::yes();
   }
   if (s == DType::f64 && d == DType::f32) {
     const double* src = x.data<double>();
     float* dst = y.data<float>();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
     return Support::yes();
   }

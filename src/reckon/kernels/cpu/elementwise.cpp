@@ -21,7 +21,7 @@ void binary(const Tensor& ta, const Tensor& tb, Tensor& ty) {
   T* py = ty.data<T>();
   int64_t n = ty.numel();
   if (ta.numel() == n && tb.numel() == n) {
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) py[i] = store<T>(F::f(load(pa[i]), load(pb[i])));
     return;
   }
@@ -72,7 +72,7 @@ Support Affine::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> ou
     T* y = out[0].data<T>();
     float al = float(a.alpha), be = float(a.beta);
     int64_t n = in[0].numel();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) y[i] = store<T>(al * load(x[i]) + be);
     return Support::yes();
   });
@@ -85,7 +85,7 @@ Support Unary<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor> 
     T* y = out[0].data<T>();
     float al = float(a.alpha), be = float(a.beta);
     int64_t n = in[0].numel();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) y[i] = store<T>(F::f(load(x[i]), al, be));
     return Support::yes();
   });
@@ -99,7 +99,7 @@ Support UnaryBackward<F>::cpu(KernelCtx&, std::span<const Tensor> in, std::span<
     T* dx = out[0].data<T>();
     float al = float(a.alpha), be = float(a.beta);
     int64_t n = in[0].numel();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * F::df(load(s[i]), al, be));
     return Support::yes();
   });

@@ -559,14 +559,14 @@ void dropout(const Tensor& x, std::span<Tensor> out, const DropoutAttrs& a) {
   const double p = a.p;
   if (!random) {
     const float m = (a.p < 1.0 || !a.training) ? scale : 0.f;
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       pm[i] = store<T>(m);
       py[i] = store<T>(load(px[i]) * m);
     }
     return;
   }
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float m = dropout_keep(seed, i, p) ? scale : 0.f;
     pm[i] = store<T>(m);

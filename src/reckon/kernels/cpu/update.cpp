@@ -19,7 +19,7 @@ namespace {
 template <bool Decay, bool Momentum, bool First, bool Nesterov>
 void sgd(float* __restrict pd, const float* __restrict gd, float* __restrict bd, int64_t n, float lr, float wd,
          float mom, float damp) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n > kParallelMin)
   for (int64_t k = 0; k < n; ++k) {
     float d = gd[k];
     if constexpr (Decay) d += wd * pd[k];
@@ -64,7 +64,7 @@ Support AdamUpdate::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor
   float* vd = out[2].data<float>();
   const int64_t n = out[0].numel();
   const bool decoupled = a.decoupled;
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
   for (int64_t k = 0; k < n; ++k) {
     float d = gd[k];
     if (decoupled)
@@ -87,7 +87,7 @@ Support UnscaleGrad::cpu(KernelCtx&, std::span<const Tensor>, std::span<Tensor> 
   const int64_t n = g.numel();
   bool nonfinite = false;
   // !(|v| <= FLT_MAX) is true for inf and NaN, and vectorises (std::isfinite may not).
-#pragma omp parallel for simd reduction(|| : nonfinite) if (n > kParallelMin)
+#pragma omp parallel for simd reduction(|| : nonfinite) if (parallel: n > kParallelMin)
   for (int64_t k = 0; k < n; ++k) {
     const float v = d[k];
     nonfinite = nonfinite || !(std::fabs(v) <= FLT_MAX);

@@ -13,7 +13,7 @@ Support fill_f32(const Tensor& t, double value) {
   float* p = t.data<float>();
   const float v = float(value);
   const int64_t n = t.numel();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] = v;
   return Support::yes();
 }
@@ -33,7 +33,7 @@ Support AddInplace::cpu(KernelCtx&, std::span<const Tensor> in, std::span<Tensor
   float* d = dst.data<float>();
   const float* s = src.data<float>();
   const int64_t n = dst.numel();
-#pragma omp parallel for simd if (n > kParallelMin)
+#pragma omp parallel for simd if (parallel: n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];
   return Support::yes();
 }
