@@ -639,7 +639,11 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
     for (size_t k = 0; k < recs.size(); ++k) {
       const LedgerOp& r = recs[k];
       LedgerMeasured::Op o{r.row, std::string(r.name), std::string(phase_name(r.phase)), families[k], op_s[k], -1};
-      if (aligned && meta_recs[k].op == r.op) o.predicted_s = time_of(cpu, meta_recs[k]).total_s;
+      if (aligned && meta_recs[k].op == r.op && meta_recs[k].row == r.row && meta_recs[k].phase == r.phase) {
+        const LedgerOp& m = meta_recs[k];  // what the ledger timed
+        o.predicted_s = time_of(cpu, m).total_s;
+        o.family = time_family(m.name, m.impl, op_precision(m), conv_class(m.conv));
+      }
       M.ops.push_back(std::move(o));
     }
   }

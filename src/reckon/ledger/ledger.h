@@ -163,8 +163,8 @@ struct LedgerMeasured {
   double fp32_flops_now = 0;         // the cpu's fp32 peak just after the timed steps (devices.h)
   // Each op call of the step in order (`--json`'s measured.ops): its row, op, phase, the time
   // family the ledger times it by, its best measured time (from the previous op's end to its own,
-  // as the rows sum them) and the cpu time the ledger predicted for it (-1 where the measured
-  // step's calls did not line up with the meta device's).
+  // as the rows sum them) and the cpu time the ledger predicted for it (-1, and the family of the
+  // kernel that ran, where the measured step's calls did not line up with the meta device's).
   struct Op {
     std::string row, op, phase, family;
     double measured_s = 0, predicted_s = -1;
