@@ -477,6 +477,9 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
 double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(dev, r.cost, r.algo, r.lane_use); }
 
 // An op's time on a device by the time model (time_model.h): its family's line over the roofline.
+// The family the time model times a call by (time_model.h: time_family).
+std::string time_family_of(const LedgerOp& r) { return time_family(r.name, r.impl, op_precision(r), conv_class(r.conv)); }
+
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
   return op_time(dev, r.name, r.impl, op_precision(r), r.conv, op_flops(dev, r),
                  double(r.cost.bytes_read + r.cost.bytes_written), r.in_place,
@@ -505,7 +508,7 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<Led
     const std::string_view src = ot.source;
     (src == "family" ? t.family_line_ops : src == "op" ? t.op_line_ops : t.roofline_ops)++;
     if (src == "roofline" && !dev.op_families.empty()) {
-      std::string f = time_family(r.name, r.impl, op_precision(r), conv_class(r.conv));
+      std::string f = time_family_of(r);
       if (std::find(t.roofline_families.begin(), t.roofline_families.end(), f) == t.roofline_families.end())
         t.roofline_families.push_back(std::move(f));
     }
@@ -600,8 +603,8 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
         const auto now = Clock::now();
         if (s == 0) {
           recs.push_back(ledger_op(r));
+          families.push_back(time_family_of(recs.back()));
           recs.back().impl = {};  // a view of the record's string, which dies with the callback
-          families.push_back(time_family(r.op, r.impl, op_precision(recs.back()), conv_class(recs.back().conv)));
           op_s.push_back(1e30);
         }
         if (i < op_s.size()) op_s[i] = std::min(op_s[i], std::chrono::duration<double>(now - last).count());
@@ -642,7 +645,7 @@ void measure_on_cpu(Ledger& L, nn::Module& model, const Shape& in_shape, const s
       if (aligned && meta_recs[k].op == r.op && meta_recs[k].row == r.row && meta_recs[k].phase == r.phase) {
         const LedgerOp& m = meta_recs[k];  // what the ledger timed
         o.predicted_s = time_of(cpu, m).total_s;
-        o.family = time_family(m.name, m.impl, op_precision(m), conv_class(m.conv));
+        o.family = time_family_of(m);
       }
       M.ops.push_back(std::move(o));
     }
