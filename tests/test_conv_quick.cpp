@@ -4,6 +4,8 @@
 #include "reckon/ops/dispatch.h"
 #include "reckon/ops/op_list.h"
 
+#include <omp.h>
+
 #include <map>
 
 using namespace reckon;
@@ -212,6 +214,54 @@ TEST(ConvSmallDirect, MatchesTheDirectSumInDoubleOnRowsOfOneToFourVectors) {
                                      "reckon small_direct o_lanes fwd; "
                                    : "reckon small_direct bwd_data; reckon small_direct bwd_weights; "
                                      "reckon small_direct fwd; ");
+  }
+}
+
+// Backward data of a small layer with 16 images in the vector lanes, once every thread has a group
+// of 16: LeNet-5's conv2, a padded 5x5 and a 3x3 layer of 9 channels (blocks of 8 and 1), each at
+// a batch that leaves a last group partly empty, against the double reference; named n_lanes, and
+// the lanes it fills are the batch's share of its groups.
+TEST(ConvSmallDirect, BackwardDataWithImagesInTheLanesMatchesTheDirectSum) {
+  if (!conv_small_direct_available()) GTEST_SKIP() << "no AVX-512: oneDNN's kernels run (tested above)";
+  const int64_t n = 16 * omp_get_max_threads() + 5;
+  struct Case {
+    Shape x, w;
+    int64_t pad;
+  };
+  Generator g(12);
+  for (const Case& c : {Case{{n, 6, 14, 14}, {16, 6, 5, 5}, 0}, Case{{n, 3, 12, 11}, {7, 3, 5, 5}, 2},
+                        Case{{n, 9, 8, 8}, {10, 9, 3, 3}, 1}}) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    ConvAttrs ca{{1, 1}, {c.pad, c.pad}, {1, 1}, 1};
+    Tensor w = Tensor::empty(c.w);
+    fill_uniform_(w, -0.3, 0.3, g);
+    const Shape ys{n, c.w[0], c.x[2] + 2 * c.pad - c.w[2] + 1, c.x[3] + 2 * c.pad - c.w[3] + 1};
+    Tensor dy = Tensor::empty(ys);
+    fill_uniform_(dy, -1, 1, g);
+    reset_conv_kernels_used();
+    double lanes = 0;
+    Tensor got;
+    {
+      ObserveOps obs([&](const OpRecord& r) { lanes = r.lane_use; });
+      got = call1<Conv2dBackwardInput>({dy, w}, {ca, c.x});
+    }
+    std::string used;
+    for (auto& [k, cnt] : conv_kernels_used()) used += k + "; ";
+    EXPECT_EQ(used, "reckon small_direct n_lanes bwd_data; ");
+    EXPECT_DOUBLE_EQ(lanes, double(n) / double(16 * ((n + 15) / 16)));
+    Tensor want;
+    {
+      ForceReference f;
+      want = call1<Conv2dBackwardInput>({cast(dy, DType::f64), cast(w, DType::f64)}, {ca, c.x});
+    }
+    auto a = got.to_vector(), r = want.to_vector();
+    ASSERT_EQ(a.size(), r.size());
+    double err = 0, scale = 0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      err = std::max(err, std::abs(a[j] - r[j]));
+      scale = std::max(scale, std::abs(r[j]));
+    }
+    EXPECT_LT(err / scale, 1e-5);
   }
 }
 

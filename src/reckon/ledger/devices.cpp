@@ -115,7 +115,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 23;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 24;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -142,7 +142,9 @@ constexpr int kCalibrationFormat = 23;  // 4-6: the op families (time_model.h; 5
                                         // input; 22: not Winograd's nor gemm's, and the
                                         // probes timed in alternating rounds, probe_rounds;
                                         // 23: elementwise loops of at most kParallelMin
-                                        // elements vectorized, no longer scalar)
+                                        // elements vectorized, no longer scalar; 24: the
+                                        // small direct convolution's backward data with
+                                        // the images in the lanes, n_lanes)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.

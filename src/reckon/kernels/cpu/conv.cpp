@@ -90,6 +90,7 @@ void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
 }
 const std::string kSmallDirect = "reckon small_direct";
 const std::string kSmallDirectOutputLanes = "reckon small_direct o_lanes";  // conv_small::output_channel_lanes
+const std::string kSmallDirectImageLanes = "reckon small_direct n_lanes";  // conv_small::backward_input_image_lanes
 constexpr const char* kNchwOnly = "a channels-last activation this call's kernels read as NCHW: the reference";
 const std::string kDepthwiseDirect = "reckon depthwise_direct";
 
@@ -241,7 +242,8 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(a.x_shape, w.shape(), a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
-    ran(ctx, kSmallDirect, "bwd_data");
+    ran(ctx, conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv) ? kSmallDirectImageLanes : kSmallDirect,
+        "bwd_data");
     ctx.note_lane_use(conv_small::backward_input_lane_use(a.x_shape, w.shape(), a.conv));
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
     return Support::yes();

@@ -97,7 +97,13 @@ double forward_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
   const int64_t wo = out_width(x, w, a);
   return in_vectors(wo, wo);
 }
+bool backward_input_image_lanes(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  const int64_t HO = x[2] + 2 * a.padding[0] - w[2] + 1;
+  return x[0] >= kImageLanesMin * omp_get_max_threads() &&
+         w[0] * HO * out_width(x, w, a) + x[1] * x[2] * x[3] <= kImageLanesMaxFloats;
+}
 double backward_input_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  if (backward_input_image_lanes(x, w, a)) return in_vectors(x[0], x[0]);
   return in_vectors(out_width(x, w, a), x[3]);
 }
 double backward_weight_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a) {
@@ -516,8 +522,130 @@ void forward_int8(const Tensor& x, const Tensor& w, const Tensor* b, const Tenso
   }
 }
 
+namespace {
+// GCC 12 warns inside its own shuffle intrinsics (their undefined source operand, GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 16 rows of at most 16 floats, row i at src + i * ss, to columns: dst[j * 16 + i] = src[i * ss + j]
+// for j < cols. Rows from `rows` on read as zero; the destination's 16 lanes are all written.
+void transpose_in(const float* src, int64_t ss, int rows, int cols, float* dst) {
+  const __mmask16 m = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * ss) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+      t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xDD);
+    }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j)
+    if (j < cols) _mm512_storeu_ps(dst + j * 16, r[j]);
+}
+// The inverse for the valid part: dst[i * ds + j] = src[j * 16 + i] for i < rows, j < cols.
+void transpose_out(const float* src, int cols, float* dst, int64_t ds, int rows) {
+  alignas(64) float buf[16 * 16];
+  transpose_in(src, 16, cols, 16, buf);  // buf[i * 16 + j] = src[j * 16 + i]
+  const __mmask16 m = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  for (int i = 0; i < rows; ++i) _mm512_mask_storeu_ps(dst + i * ds, m, _mm512_load_ps(buf + i * 16));
+}
+#pragma GCC diagnostic pop
+
+// Backward data with 16 images in the vector lanes, for batches that give every thread a group of
+// 16 (LeNet-5's conv2 at batch 64 and 256): a row-wise pass adds every kernel column over the
+// whole row of dx, where only 10 of its 14 pixels (WO of W) meet a pixel of dy, in 14 of 16 lanes.
+// Here each dx pixel sums exactly the taps that reach it, each tap one load of dy (16 images) and
+// one multiply-add per input channel with the weight broadcast: nothing idles but the lanes of
+// a last, partial group. dy and dx are transposed to and from [plane][16 images] per group.
+// dxT(c, ih, iw) += sum over o and the (kh, kw) with oh = ih + ph - kh, ow = iw + pw - kw inside dy
+// of wT[o][kh][kw][c] * dyT(o, oh, ow); CB channels from c0.
+template <int CB>
+void pixel_image_lanes(const Geo& g, const float* dyT, const float* wT, int64_t c0, int64_t ih, int64_t iw, float* dxT) {
+  const int64_t kh0 = std::max<int64_t>(0, ih + g.ph - g.HO + 1), kh1 = std::min(g.KH - 1, ih + g.ph);
+  const int64_t kw0 = std::max<int64_t>(0, iw + g.pw - g.WO + 1), kw1 = std::min(g.KW - 1, iw + g.pw);
+  const int64_t C = g.C, KH = g.KH, KW = g.KW, HO = g.HO, WO = g.WO;
+  __m512 acc[CB];
+#pragma GCC unroll 8
+  for (int c = 0; c < CB; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t kh = kh0; kh <= kh1; ++kh) {
+      const float* d = dyT + ((o * HO + ih + g.ph - kh) * WO + iw + g.pw) * 16;
+      const float* wr = wT + (o * KH + kh) * KW * C + c0;
+      for (int64_t kw = kw0; kw <= kw1; ++kw) {
+        const __m512 dv = _mm512_loadu_ps(d - kw * 16);
+#pragma GCC unroll 8
+        for (int c = 0; c < CB; ++c) acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(wr[kw * C + c]), dv, acc[c]);
+      }
+    }
+  const int64_t plane = g.H * g.W * 16;
+#pragma GCC unroll 8
+  for (int c = 0; c < CB; ++c) _mm512_storeu_ps(dxT + (c0 + c) * plane + (ih * g.W + iw) * 16, acc[c]);
+}
+void image_lanes_pixel(const Geo& g, const float* dyT, const float* wT, int64_t ih, int64_t iw, float* dxT) {
+  for (int64_t c0 = 0; c0 < g.C; c0 += 8) {
+    switch (std::min<int64_t>(8, g.C - c0)) {
+      case 1: pixel_image_lanes<1>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 2: pixel_image_lanes<2>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 3: pixel_image_lanes<3>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 4: pixel_image_lanes<4>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 5: pixel_image_lanes<5>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 6: pixel_image_lanes<6>(g, dyT, wT, c0, ih, iw, dxT); break;
+      case 7: pixel_image_lanes<7>(g, dyT, wT, c0, ih, iw, dxT); break;
+      default: pixel_image_lanes<8>(g, dyT, wT, c0, ih, iw, dxT); break;
+    }
+  }
+}
+void backward_input_in_image_lanes(KernelCtx& ctx, const Geo& g, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  const int T = threads();
+  const int64_t dy_img = g.O * g.HO * g.WO, dx_img = g.C * g.H * g.W, taps = g.C * g.KH * g.KW;
+  const int64_t per = 16 * (dy_img + dx_img), groups = (g.N + 15) / 16;
+  float* wT = ctx.scratch<float>(g.O * taps);
+  float* bufs = ctx.scratch<float>(T * per);
+  if (ctx.planning()) return;
+  const float *pdy = dy.data<float>(), *pw = w.data<float>();
+  float* pdx = dx.data<float>();
+  for (int64_t o = 0; o < g.O; ++o)  // w[o][c][kh][kw] -> wT[o][kh][kw][c]
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t k = 0; k < g.KH * g.KW; ++k) wT[(o * g.KH * g.KW + k) * g.C + c] = pw[(o * g.C + c) * g.KH * g.KW + k];
+#pragma omp parallel for schedule(static)
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    float* dyT = bufs + omp_get_thread_num() * per;
+    float* dxT = dyT + 16 * dy_img;
+    const int64_t n0 = grp * 16;
+    const int m = int(std::min<int64_t>(16, g.N - n0));
+    for (int64_t p = 0; p < dy_img; p += 16)
+      transpose_in(pdy + n0 * dy_img + p, dy_img, m, int(std::min<int64_t>(16, dy_img - p)), dyT + p * 16);
+    for (int64_t ih = 0; ih < g.H; ++ih)
+      for (int64_t iw = 0; iw < g.W; ++iw) image_lanes_pixel(g, dyT, wT, ih, iw, dxT);
+    for (int64_t q = 0; q < dx_img; q += 16)
+      transpose_out(dxT + q * 16, int(std::min<int64_t>(16, dx_img - q)), pdx + n0 * dx_img + q, dx_img, m);
+  }
+}
+}  // namespace
+
 void backward_input(KernelCtx& ctx, const Tensor& dy, const Tensor& w, Tensor& dx, const ConvAttrs& a) {
   const Geo g = geo(dx.shape(), w.shape(), dy.shape(), a);
+  if (backward_input_image_lanes(dx.shape(), w.shape(), a)) return backward_input_in_image_lanes(ctx, g, dy, w, dx);
   // dy padded by KH-1 rows and KW-1 columns on each side: every tap of every dx element reads
   // inside it, the ones that fall outside dy read zeros.
   const int64_t Hp = g.HO + 2 * (g.KH - 1), Wp = g.WO + 2 * (g.KW - 1), per = g.O * Hp * Wp;

@@ -16,11 +16,18 @@ bool applies(const Shape& x, const Shape& w, const ConvAttrs& a, DType t);
 constexpr int64_t kOutputLanesMin = 12;
 inline bool output_channel_lanes(const Shape& w) { return w.size() == 4 && w[0] >= kOutputLanesMin; }
 
+// Whether backward data puts 16 images in the vector lanes (conv_small.cpp,
+// pixel_image_lanes): batches of at least 16 images a thread, planes of dy and dx of at most
+// kImageLanesMaxFloats a sample together (a group's transposed copies, 64 times that in bytes,
+// stay in a core's L2). Another loop, which the op record names ("reckon small_direct n_lanes").
+constexpr int64_t kImageLanesMin = 16;
+constexpr int64_t kImageLanesMaxFloats = 8192;
+bool backward_input_image_lanes(const Shape& x, const Shape& w, const ConvAttrs& a);
 // The share of the 16 vector lanes each pass's multiply-adds fill (KernelCtx::note_lane_use):
 // rows of the output (forward, backward weight: WO values in ceil(WO / 16) vectors), of dx
 // (backward data: every kernel row that reaches it, WO taps' worth of work in a row of W), or
-// the output channels (the o_lanes passes: O of 16). LeNet-5's conv2: forward and backward
-// weight 16 of 16, backward data 10 of 16; the probe's 6 -> 12 layer on 11 x 11 images 12 of
+// the output channels (the o_lanes passes: O of 16), or the images (n_lanes: N of 16 a group).
+// LeNet-5's conv2: forward and backward weight 16 of 16, backward data by rows 10 of 16; the probe's 6 -> 12 layer on 11 x 11 images 12 of
 // 16 and 7 of 16, so one line per family no longer carries the lanes a layer's width idles.
 double forward_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
 double backward_input_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
