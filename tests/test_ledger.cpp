@@ -26,6 +26,7 @@
 #include "reckon/ledger/time_model.h"
 #include "reckon/nn/models/registry.h"
 #include "reckon/ops/conv.h"
+#include "reckon/ops/dispatch.h"
 #include "reckon/ops/functional.h"
 #include "reckon/ops/node.h"
 #include "reckon/ops/op.h"
@@ -826,6 +827,75 @@ TEST(TimeModel, OnlyDirectConvolutionsAreTimedOnTheTapsInsideTheInput) {
   EXPECT_TRUE(engine::is_gemm_impl("gemm:jit"));
   EXPECT_FALSE(engine::is_gemm_impl("brgemm:avx512_core"));
   EXPECT_FALSE(engine::is_gemm_impl("brgconv_1x1:avx512_core_vnni"));
+}
+
+// A oneDNN convolution of a training step says what its own layout conversions move (the weights
+// into its blocked layout, the weight gradient back out of it) and, when direct, the share of its
+// MACs on taps that read the input and the weights no output reads (KernelCtx::note_reorder,
+// note_work): 3x3 layers of stride 1 on 4x4 images read (10/12)^2 of their taps, on 1x1 images a
+// ninth of their taps and weights. The time model times the conversions at the calibrated reorder
+// bandwidth apart from the family's line, and the line's roofline on the work the kernel does.
+TEST(TimeModel, ConvolutionsNoteTheirLayoutConversionsAndTheTapsTheySkip) {
+  ConvAlgorithmScope direct("direct");
+  struct Seen {
+    int64_t reorder = 0, unread = 0;
+    double work = 1.0;
+    std::string impl;
+  };
+  struct Case {
+    int64_t hw;
+    double taps, weights;
+  };
+  for (const Case& c : {Case{4, std::pow(10.0 / 12.0, 2), 1.0}, Case{1, 1.0 / 9.0, 1.0 / 9.0}}) {
+    SCOPED_TRACE(fmt::format("{}x{} images", c.hw, c.hw));
+    Tensor x = Tensor::empty({2, 64, c.hw, c.hw}), w = Tensor::empty({64, 64, 3, 3});
+    fill_uniform_(x, -1, 1);
+    fill_uniform_(w, -1, 1);
+    std::map<std::string, Seen> seen;
+    {
+      ObserveOps obs([&](const OpRecord& r) {
+        seen[std::string(r.op)] = {r.reorder_bytes, r.unread_bytes, r.work_share, r.impl};
+      });
+      const ConvAttrs ca{{1, 1}, {1, 1}, {1, 1}, 1};
+      Tensor y = call1<Conv2d>({x, w, Tensor()}, ca);
+      call1<Conv2dBackwardInput>({y, w}, {ca, x.shape()});
+      call<Conv2dBackwardWeight>({y, x}, {ca, w.shape(), false});
+    }
+    for (const char* op : {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"}) {
+      ASSERT_TRUE(seen.count(op)) << op;
+      const Seen& s = seen[op];
+      SCOPED_TRACE(fmt::format("{} on {}", op, s.impl));
+      const bool all_taps = s.impl.find("gemm") != std::string::npos || s.impl.find("wino") != std::string::npos;
+      EXPECT_NEAR(s.work, all_taps ? 1.0 : c.taps, 1e-12);
+      const bool reads_weights = std::string(op) != "conv2d_backward_weight";
+      EXPECT_EQ(s.unread, all_taps || !reads_weights ? 0 : int64_t(double(w.nbytes()) * (1.0 - c.weights)));
+      EXPECT_GE(s.reorder, 2 * w.nbytes()) << "the weights (or their gradient) converted, read and written";
+    }
+  }
+  // The conversions at the reorder bandwidth, on top of the line; none without one.
+  DeviceSpec d;
+  d.name = "cpu";
+  d.fp32_flops = 1e11;
+  d.bandwidth_bytes = 1e10;
+  d.reorder_bandwidth = 5e10;
+  const OpTime plain = op_time(d, "conv2d", "jit:avx512_core", "fp32", {64, 16}, 1e6, 1000);
+  const OpTime conv = op_time(d, "conv2d", "jit:avx512_core", "fp32", {64, 16}, 1e6, 1000, false, 0, 1e6);
+  EXPECT_DOUBLE_EQ(conv.reorder_s, 1e6 / 5e10);
+  EXPECT_NEAR(conv.total_s - plain.total_s, conv.reorder_s, 1e-15);
+  d.reorder_bandwidth = 0;
+  EXPECT_EQ(op_time(d, "conv2d", "jit:avx512_core", "fp32", {64, 16}, 1e6, 1000, false, 0, 1e6).reorder_s, 0.0);
+  // The work share on the calibrated cpu's FLOPs (a datasheet's device counts them all), and the
+  // unread bytes off the traffic.
+  Cost cost;
+  cost.macs = 1000;
+  cost.flops = 10;
+  cost.bytes_read = 800;
+  cost.bytes_written = 200;
+  EXPECT_DOUBLE_EQ(device_flops(d, cost, KernelAlgo::direct, 1.0, 0.5), 2 * 500 + 10);
+  EXPECT_DOUBLE_EQ(device_flops(device_spec("h100"), cost, KernelAlgo::direct, 1.0, 0.5), 2 * 1000 + 10);
+  EXPECT_DOUBLE_EQ(kernel_bytes(cost, 300), 700);
+  EXPECT_DOUBLE_EQ(kernel_bytes(cost, 5000), 0);
+  EXPECT_GT(device_spec("cpu").reorder_bandwidth, 0.0) << "the calibration measured the conversions";
 }
 
 // The probes' rounds: two at least, more while a round takes any probe's figure (the geometric

@@ -155,28 +155,6 @@ const ConvAttrs* conv_attrs_of(const graph::Node& n) {
   if (n.op == op_id<Conv2dInt8>) return &attrs_of<QuantConvAttrs>(n).conv;
   return nullptr;
 }
-// The share of a convolution's taps (output pixels x kernel taps) that fall inside the input, and
-// the share of its kernel's taps that any output reads inside the input (StepInfo).
-void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, double& taps, double& weights) {
-  taps = weights = 1.0;
-  for (int d = 0; d < 2; ++d) {
-    const int64_t in = x[size_t(2 + d)], k = w[size_t(2 + d)], out = y[size_t(2 + d)];
-    if (out * k <= 0) continue;
-    int64_t inside = 0, used = 0;
-    for (int64_t t = 0; t < k; ++t) {
-      int64_t n = 0;
-      for (int64_t o = 0; o < out; ++o) {
-        const int64_t i = o * a.stride[size_t(d)] - a.padding[size_t(d)] + t * a.dilation[size_t(d)];
-        n += i >= 0 && i < in;
-      }
-      inside += n;
-      used += n > 0;
-    }
-    taps *= double(inside) / double(out * k);
-    weights *= double(used) / double(k);
-  }
-}
-
 std::string layout_name(const EVal& v) {
   if (v.plain) return v.shape.size() == 4 ? "nchw" : "plain";
   const auto& d = v.md.data;

@@ -85,6 +85,9 @@ struct Capture::State {
     n.impl = r.impl;
     n.algo = r.algo;
     n.lane_use = r.lane_use;
+    n.reorder_bytes = r.reorder_bytes;
+    n.work_share = r.work_share;
+    n.unread_bytes = r.unread_bytes;
     n.workspace_bytes = r.workspace_bytes;
     n.saved_bytes = r.saved_bytes;
     const int node_index = int(g.nodes.size());

@@ -175,6 +175,9 @@ std::string Graph::to_json() const {
               {"impl", n.impl},
               {"algo", algo_name(n.algo)},
               {"lane_use", n.lane_use},
+              {"reorder_bytes", n.reorder_bytes},
+              {"work_share", n.work_share},
+              {"unread_bytes", n.unread_bytes},
               {"workspace_bytes", n.workspace_bytes},
               {"saved_bytes", n.saved_bytes}};
     ns.push_back(std::move(x));
@@ -226,6 +229,9 @@ Graph Graph::from_json(const std::string& text) {
       n.impl = x.at("impl").get<std::string>();
       n.algo = parse_algo(x.at("algo").get<std::string>());
       n.lane_use = x.value("lane_use", 1.0);  // (absent from files written before it)
+      n.reorder_bytes = x.value("reorder_bytes", int64_t(0));
+      n.work_share = x.value("work_share", 1.0);
+      n.unread_bytes = x.value("unread_bytes", int64_t(0));
       n.workspace_bytes = x.at("workspace_bytes").get<int64_t>();
       n.saved_bytes = x.at("saved_bytes").get<int64_t>();
       g.nodes.push_back(std::move(n));

@@ -50,6 +50,9 @@ struct Node {
   std::string impl;               // the implementation it chose, if it said
   KernelAlgo algo = KernelAlgo::none;
   double lane_use = 1.0;          // the share of the vector lanes its kernel filled (KernelCtx::lane_use)
+  int64_t reorder_bytes = 0;      // bytes its kernel's layout conversions moved (KernelCtx::reorder_bytes)
+  double work_share = 1.0;        // the share of its MACs its kernel computed (KernelCtx::work_share)
+  int64_t unread_bytes = 0;       // counted bytes its kernel never read (KernelCtx::unread_bytes)
   int64_t workspace_bytes = 0;
   int64_t saved_bytes = 0;        // bytes newly kept for backward by its node
   std::string_view op_name() const;

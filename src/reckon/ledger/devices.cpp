@@ -26,6 +26,7 @@
 #include "reckon/ledger/time_model.h"
 #include "reckon/ledger/inference.h"
 #include "reckon/engine/engine.h"
+#include "reckon/kernels/cpu/dnnl_common.h"
 #include "reckon/nn/module.h"
 #include "reckon/onnx/export.h"
 #include "reckon/ops/conv.h"
@@ -115,7 +116,7 @@ int64_t physical_memory_bytes() {
 // Bumped whenever what calibrate_cpu measures, or how, changes: an entry of another format is
 // measured again. 2: the inference engine's per-step overhead, and the versions recorded. 3: the
 // other processes' share of the CPU while it ran, the runs' spread and the attempts.
-constexpr int kCalibrationFormat = 24;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
+constexpr int kCalibrationFormat = 25;  // 4-6: the op families (time_model.h; 5: shape classes; 6: the
                                         // probe's bf16 steps channels-last, oneDNN's NHWC kernels;
                                         // 7: the pooling kernels, the small direct convolutions'
                                         // passes and the optimizer updates got faster; 8: the
@@ -144,7 +145,9 @@ constexpr int kCalibrationFormat = 24;  // 4-6: the op families (time_model.h; 5
                                         // 23: elementwise loops of at most kParallelMin
                                         // elements vectorized, no longer scalar; 24: the
                                         // small direct convolution's backward data with
-                                        // the images in the lanes, n_lanes)
+                                        // the images in the lanes, n_lanes; 25: the
+                                        // kernels' layout conversions timed apart,
+                                        // reorder_bandwidth)
 
 // A sanitized build runs every op several times slower (ASan measured 0.6 GB/s where the release
 // build moves 23-130): its calibration must never time a release build's steps, nor the reverse.
@@ -247,6 +250,7 @@ std::optional<DeviceSpec> read_cache() {
     d.bandwidth_bytes = d.bandwidth_curve.back().second;
     d.op_overhead_s = e.at("op_overhead_us").get<double>() * 1e-6;
     d.winograd_speedup = e.at("winograd_speedup").get<double>();  // absent in older caches: calibrate again
+    d.reorder_bandwidth = e.at("reorder_gbs").get<double>() * kG;  // absent before format 25: calibrate again
     d.int8_ops = e.at("int8_gops").get<double>() * kG;            // absent in older caches: calibrate again
     d.engine_step_overhead_s = e.at("engine_step_overhead_us").get<double>() * 1e-6;
     d.memory_bytes = physical_memory_bytes();
@@ -271,7 +275,7 @@ std::optional<DeviceSpec> read_cache() {
     d.source = cpu_source(d);
     if (e.at("versions").get<std::string>() != calibration_versions()) return std::nullopt;  // made by another build
     if (d.fp32_flops <= 0 || d.bf16_flops <= 0 || d.int8_ops <= 0 || !(d.bandwidth_bytes > 0 && d.bandwidth_bytes < 1e15) ||
-        d.winograd_speedup < 1 ||
+        d.winograd_speedup < 1 || !(d.reorder_bandwidth > 0 && d.reorder_bandwidth < 1e15) ||
         !(d.engine_step_overhead_s > 0))
       return std::nullopt;
     return d;
@@ -313,6 +317,7 @@ void write_cache(const DeviceSpec& d) {
                             {"inplace_bandwidth_curve", curve(d.inplace_bandwidth_curve)},
                             {"op_overhead_us", d.op_overhead_s * 1e6},
                             {"winograd_speedup", d.winograd_speedup},
+                            {"reorder_gbs", d.reorder_bandwidth / kG},
                             {"engine_step_overhead_us", d.engine_step_overhead_s * 1e6},
                             {"others_cpu_share", d.others_cpu_share},
                             {"spread", d.spread},
@@ -621,6 +626,26 @@ DeviceSpec calibrate_cpu() {
     }
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     d.engine_step_overhead_s = t[t.size() / 2] / double(e.steps().size());
+  }
+  {
+    // Layout conversions: oneDNN's reorder of 3x3 weights of 256 and 512 channels (2.4 and 9.4 MB)
+    // from the user's OIHW into the blocked layout its convolutions take, read + written bytes
+    // over the best time, both sizes together. (resnet18_cifar's 512-channel layers at batch 1
+    // convert 9.4 MB three times a step each: forward, backward data, the weight gradient back.)
+    double bytes = 0, secs = 0;
+    for (const int64_t c : {int64_t(256), int64_t(512)}) {
+      const dnnl::memory::dims dims = {c, c, 3, 3};
+      dnnl::memory src({dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::oihw}, dnnl_util::engine());
+      dnnl::memory dst({dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::OIhw16i16o}, dnnl_util::engine());
+      std::memset(src.get_data_handle(), 0, src.get_desc().get_size());
+      dnnl::reorder r(src, dst);
+      secs += time_runs(15, [&] {
+                r.execute(dnnl_util::stream(), src, dst);
+                dnnl_util::stream().wait();
+              }).best;
+      bytes += double(src.get_desc().get_size() + dst.get_desc().get_size());
+    }
+    d.reorder_bandwidth = bytes / secs;
   }
   {
     // The time model per op family: the probe's training steps timed op by op (time_model.h),

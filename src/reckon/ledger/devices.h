@@ -53,6 +53,11 @@ struct DeviceSpec {
   // How much faster than its direct-sum FLOPs at peak a convolution runs when its kernel chose
   // Winograd (the cpu: calibrated; 1 elsewhere, where reckon picks no algorithm).
   double winograd_speedup = 1;
+  // Bytes per second (read + written) that a kernel's own layout conversions move: oneDNN's
+  // reorder of a convolution's weights into its blocked layout (the cpu: calibrated on 256- and
+  // 512-channel 3x3 weights; 0 elsewhere: no term). KernelCtx::reorder_bytes at this rate is
+  // timed apart from the op's line (time_model.h: op_time).
+  double reorder_bandwidth = 0;
   // The inference engine's fixed time per compiled step (a run of 1-element steps, the median per
   // step; the cpu: calibrated with the rest, so every process times the engine alike; elsewhere
   // the per-op overhead).

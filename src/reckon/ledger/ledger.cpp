@@ -135,6 +135,9 @@ struct LedgerOp {
   Cost cost;
   KernelAlgo algo = KernelAlgo::none;
   double lane_use = 1.0;
+  int64_t reorder_bytes = 0;  // its kernel's own layout conversions (KernelCtx::reorder_bytes)
+  double work_share = 1.0;    // KernelCtx::work_share
+  int64_t unread_bytes = 0;   // KernelCtx::unread_bytes
   std::string_view kernel;
   std::string_view impl;  // the implementation the kernel chose, if it said (oneDNN's name)
   std::vector<DType> in_dtypes;
@@ -169,6 +172,9 @@ LedgerOp ledger_op_common(const R& r, int op, std::string_view name, bool in_bac
   o.cost = r.cost;
   o.algo = r.algo;
   o.lane_use = r.lane_use;
+  o.reorder_bytes = r.reorder_bytes;
+  o.work_share = r.work_share;
+  o.unread_bytes = r.unread_bytes;
   o.kernel = r.kernel;
   o.impl = r.impl;
   o.workspace_bytes = r.workspace_bytes;
@@ -474,7 +480,9 @@ void build_rows(Ledger& L, nn::Module& model, const std::vector<LedgerOp>& recs)
 }
 
 // The FLOPs an op costs on a device (time_model.h: Winograd discounted on the calibrated cpu).
-double op_flops(const DeviceSpec& dev, const LedgerOp& r) { return device_flops(dev, r.cost, r.algo, r.lane_use); }
+double op_flops(const DeviceSpec& dev, const LedgerOp& r) {
+  return device_flops(dev, r.cost, r.algo, r.lane_use, r.work_share);
+}
 
 // An op's time on a device by the time model (time_model.h): its family's line over the roofline.
 // The family the time model times a call by (time_model.h: time_family).
@@ -482,8 +490,8 @@ std::string time_family_of(const LedgerOp& r) { return time_family(r.name, r.imp
 
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
   return op_time(dev, r.name, r.impl, op_precision(r), r.conv, op_flops(dev, r),
-                 double(r.cost.bytes_read + r.cost.bytes_written), r.in_place,
-                 working_set_of(r.phase, r.in_place));
+                 kernel_bytes(r.cost, r.unread_bytes), r.in_place, working_set_of(r.phase, r.in_place),
+                 double(r.reorder_bytes));
 }
 
 // Every op's time on one device; per row into time_s (or cpu_time_s). An op's fixed cost is
@@ -496,11 +504,12 @@ LedgerTime time_on(const DeviceSpec& dev, const Ledger& L, const std::vector<Led
   t.ridge = dev.ridge(t.precision);
   for (const LedgerOp& r : recs) {
     const OpTime ot = time_of(dev, r);
+    t.memory_s += ot.reorder_s;  // a kernel's layout conversions move memory whatever bounds the op
     if (ot.compute_bound) {
-      t.compute_s += ot.total_s - ot.fixed_s;
+      t.compute_s += ot.total_s - ot.fixed_s - ot.reorder_s;
       t.compute_bound_ops++;
     } else {
-      t.memory_s += ot.total_s - ot.fixed_s;
+      t.memory_s += ot.total_s - ot.fixed_s - ot.reorder_s;
       t.memory_bound_ops++;
     }
     t.overhead_s += ot.fixed_s;

@@ -225,9 +225,11 @@ std::string format_ledger(const Ledger& l) {
   }
   for (const auto& d : l.times)
     if (d.device.name == "cpu")
-      line(fmt::format("  cpu: {}; {}; a convolution planned as Winograd counts its direct FLOPs / {:.2f}; {} ops "
+      line(fmt::format("  cpu: {}; {}; a convolution planned as Winograd counts its direct FLOPs / {:.2f}; kernels' "
+                       "layout conversions at {:.0f} GB/s; {} ops "
                        "timed by their family's line, {} by their op's, {} by the bare roofline{}",
-                       d.device.description, d.device.source, d.device.winograd_speedup, d.family_line_ops,
+                       d.device.description, d.device.source, d.device.winograd_speedup,
+                       d.device.reorder_bandwidth / 1e9, d.family_line_ops,
                        d.op_line_ops, d.roofline_ops,
                        d.roofline_families.empty() ? "" : fmt::format(" ({})", fmt::join(d.roofline_families, ", "))));
   for (const auto& d : l.times)
@@ -393,6 +395,7 @@ std::string ledger_json(const Ledger& l) {
                      {"memory_bytes", d.device.memory_bytes},
                      {"op_overhead_s", d.device.op_overhead_s},
                      {"winograd_speedup", d.device.winograd_speedup},
+                     {"reorder_bandwidth", d.device.reorder_bandwidth},
                      {"ridge_flops_per_byte", d.ridge},
                      {"step_s", d.step_s},
                      {"compute_s", d.compute_s},

@@ -87,11 +87,16 @@ std::string compute_precision(std::span<const DType> inputs) {
   return "fp32";
 }
 
-double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use) {
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use, double work_share) {
   double f = double(2 * c.macs + c.flops);
   if (d.name != "cpu") return f;
+  if (work_share > 0 && work_share < 1) f = 2.0 * double(c.macs) * work_share + double(c.flops);
   if (lane_use > 0 && lane_use < 1) f /= lane_use;
   return algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
+}
+
+double kernel_bytes(const Cost& c, int64_t unread_bytes) {
+  return std::max(0.0, double(c.bytes_read + c.bytes_written) - double(std::max<int64_t>(0, unread_bytes)));
 }
 
 bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs) {
@@ -113,7 +118,8 @@ double roofline_s(const DeviceSpec& d, double flops, double bytes, const std::st
 }
 
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
-               ConvShape shape, double flops, double bytes, bool in_place, double working_set) {
+               ConvShape shape, double flops, double bytes, bool in_place, double working_set,
+               double reorder_bytes) {
   OpTime t;
   const double tc = flops / d.peak(precision), tm = memory_s(d, bytes, in_place, working_set);
   t.compute_s = tc, t.memory_s = tm;
@@ -129,8 +135,13 @@ OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, 
       }
   }
   t.fixed_s = f ? f->fixed_s : d.op_overhead_s;
-  t.total_s = t.fixed_s + (f ? f->scale : 1.0) * t.roofline_s;
+  t.reorder_s = reorder_s(d, reorder_bytes);
+  t.total_s = t.fixed_s + (f ? f->scale : 1.0) * t.roofline_s + t.reorder_s;
   return t;
+}
+
+double reorder_s(const DeviceSpec& d, double reorder_bytes) {
+  return d.reorder_bandwidth > 0 && reorder_bytes > 0 ? reorder_bytes / d.reorder_bandwidth : 0.0;
 }
 
 FamilyTime fit_family(const std::vector<FamilySample>& samples, double default_fixed_s) {
@@ -328,7 +339,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
   step();
   step();
   std::vector<FamilySample> samples;
-  std::vector<double> best;
+  std::vector<double> best, reorder;  // per call: its best time, its layout conversions' time
   for (int k = 0; k < timed; ++k) {
     size_t i = 0;
     auto last = Clock::now();
@@ -342,11 +353,12 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           s.precision = compute_precision(r.in_dtypes);
           s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
           const bool in_place = reads_what_it_writes(r.op_id, r.aliases, r.out_shapes.size());
-          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo, r.lane_use),
-                                    double(r.cost.bytes_read + r.cost.bytes_written), s.precision, in_place,
+          s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo, r.lane_use, r.work_share),
+                                    kernel_bytes(r.cost, r.unread_bytes), s.precision, in_place,
                                     working_set_of(r.phase, in_place));
           samples.push_back(std::move(s));
           best.push_back(1e30);
+          reorder.push_back(reorder_s(d, double(r.reorder_bytes)));
         }
         // An op that is not the one the first step ran at this position is not timed.
         if (i < best.size() && samples[i].op == r.op && samples[i].impl == r.impl)
@@ -359,7 +371,9 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     if (best[i] >= 1e30) continue;  // never matched
-    samples[i].measured_s = best[i];
+    // What the line explains: the time less the conversions', at least a tenth of it (a
+    // conversion measured slower than the call it ran in is the machine's noise).
+    samples[i].measured_s = std::max(best[i] - reorder[i], 0.1 * best[i]);
     out.push_back(std::move(samples[i]));
   }
   opt.reset();

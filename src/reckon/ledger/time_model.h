@@ -48,8 +48,13 @@ std::string compute_precision(std::span<const DType> inputs);
 // The FLOPs an op costs on a device: 2 x MACs + other FLOPs, except on the cpu, where a
 // convolution whose kernel chose Winograd runs its direct FLOPs winograd_speedup times faster, and
 // a kernel that fills only lane_use of its vectors' lanes (KernelCtx::lane_use) issues FLOPs /
-// lane_use.
-double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0);
+// lane_use, and one that computes only work_share of its MACs (KernelCtx::work_share: oneDNN's
+// direct convolutions skip the taps on padding) that share of them.
+double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0,
+                    double work_share = 1.0);
+// The bytes an op's kernel moves: its counted traffic less what it never reads
+// (KernelCtx::unread_bytes), at least 0.
+double kernel_bytes(const Cost& c, int64_t unread_bytes);
 // Whether a call of op `op` (its id, ops/op_list.h) streams in place: every output is an input it
 // writes in place (aliases: bit i for output i), after reading it (an optimizer's update, add_; not
 // fill_ nor copy_, OpInfo::overwrites, which fetch the lines they overwrite as an out-of-place op
@@ -93,7 +98,8 @@ std::string time_family_of_op(std::string_view op, std::string_view precision, s
 
 // One op call's predicted time on a device and where it comes from.
 struct OpTime {
-  double total_s = 0;      // fixed_s + scale x roofline_s
+  double total_s = 0;      // fixed_s + scale x roofline_s + reorder_s
+  double reorder_s = 0;    // the kernel's layout conversions (reorder_s())
   double fixed_s = 0;      // the family's fixed cost (or the device's per-op overhead)
   double roofline_s = 0;   // max(flops / peak, bytes / bandwidth)
   double compute_s = 0, memory_s = 0;  // the roofline's two sides: flops / peak, bytes / bandwidth
@@ -108,13 +114,20 @@ struct OpTime {
 // more than the implementation), both again with the width class alone ("wide" for "wide
 // small": its line is fitted on the calls of both image sizes), then without a class; else the
 // roofline and the device's per-op overhead.
+// reorder_bytes: what the kernel's own layout conversions move (KernelCtx::reorder_bytes), timed
+// apart at the device's reorder bandwidth (reorder_s, part of total_s) where it has one.
 OpTime op_time(const DeviceSpec& d, std::string_view op, std::string_view impl, const std::string& precision,
-               ConvShape shape, double flops, double bytes, bool in_place = false, double working_set = 0);
+               ConvShape shape, double flops, double bytes, bool in_place = false, double working_set = 0,
+               double reorder_bytes = 0);
+// reorder_bytes at the device's reorder bandwidth (0 where it has none: its kernels convert no
+// layouts, or the figure is not measured).
+double reorder_s(const DeviceSpec& d, double reorder_bytes);
 
 // One timed op call of the probe: its family, the roofline time on the device, the measured time.
 struct FamilySample {
   std::string op, impl, precision;
   ConvShape shape;
+  // measured_s: the call's time less its layout conversions' (reorder_s()), what the line explains
   double roofline_s = 0, measured_s = 0;
 };
 // The line through a family's samples of least relative error, sum |measured - line| / measured:

@@ -10,6 +10,35 @@
 
 namespace reckon {
 
+void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, double& taps, double& weights) {
+  taps = weights = 1.0;
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = x[size_t(2 + d)], k = w[size_t(2 + d)], out = y[size_t(2 + d)];
+    if (out * k <= 0) continue;
+    int64_t inside = 0, used = 0;
+    for (int64_t t = 0; t < k; ++t) {
+      int64_t n = 0;
+      for (int64_t o = 0; o < out; ++o) {
+        const int64_t i = o * a.stride[size_t(d)] - a.padding[size_t(d)] + t * a.dilation[size_t(d)];
+        n += i >= 0 && i < in;
+      }
+      inside += n;
+      used += n > 0;
+    }
+    taps *= double(inside) / double(out * k);
+    weights *= double(used) / double(k);
+  }
+}
+
+double conv_work_share(std::string_view impl, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
+  if (impl.find("wino") != std::string_view::npos || impl.rfind("gemm", 0) == 0 ||
+      impl.find(":gemm") != std::string_view::npos || x.size() != 4 || w.size() != 4 || y.size() != 4)
+    return 1.0;
+  double taps = 1.0, weights = 1.0;
+  conv_tap_shares(x, w, y, a, taps, weights);
+  return taps;
+}
+
 bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a) {
   return x.size() == 4 && w.size() == 4 && a.groups == 1 && x[1] <= 3 && w[0] <= 16 && a.stride[0] == 1 &&
          a.stride[1] == 1 && a.dilation[0] == 1 && a.dilation[1] == 1;

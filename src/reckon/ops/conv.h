@@ -58,6 +58,16 @@ bool conv_small_direct_available();
 int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride, int64_t pad,
                       int64_t dilation, bool ceil_mode = false);
 
+// The share of a convolution's taps (output pixels x kernel taps) that fall inside the input, not
+// its padding (taps), and the share of its kernel's taps that any output reads there (weights):
+// resnet18_cifar's 3x3 layers of stride 1 on 4x4 images read (10/12)^2 of their taps, the wide
+// time probe's on 1x1 images 1/9, and 1/9 of their weights.
+void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, double& taps, double& weights);
+// The share of its counted MACs a convolution's kernel `impl` (oneDNN's name) computes, forward or
+// backward: oneDNN's direct kernels skip the taps on padding (conv_tap_shares' taps); Winograd
+// transforms whole padded tiles and gemm multiplies im2col's zeros (1).
+double conv_work_share(std::string_view impl, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a);
+
 // An image's first convolution, of few channels: at most 3 input channels and 16 outputs, groups 1,
 // stride 1, dilation 1 (LeNet-5's 1 -> 6 and TinyCNN's 1 -> 16). Low precision buys nothing there:
 // its kernels have no channels to put in their vector lanes. So autocast keeps the call in f32

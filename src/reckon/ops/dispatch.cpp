@@ -336,6 +336,9 @@ void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<co
         run.impl = ctx.impl();
         run.algo = ctx.algo();
         run.lane_use = ctx.lane_use();
+        run.reorder_bytes = ctx.reorder_bytes();
+        run.work_share = ctx.work_share();
+        run.unread_bytes = ctx.unread_bytes();
       }
       return;
     }
@@ -363,6 +366,9 @@ void run_kernels_unguarded(int id, std::string_view op, Device dev, std::span<co
       run.impl = ctx.impl();
       run.algo = ctx.algo();
       run.lane_use = ctx.lane_use();
+      run.reorder_bytes = ctx.reorder_bytes();
+      run.work_share = ctx.work_share();
+      run.unread_bytes = ctx.unread_bytes();
       return;
     }
     case Device::cuda: {
@@ -418,6 +424,9 @@ void report(int id, std::string_view op, const void* attrs, const Cost& cost, Ke
   if (autocast_active()) r.autocast = autocast_state().dtype;
   r.algo = run.algo;
   r.lane_use = run.lane_use;
+  r.reorder_bytes = run.reorder_bytes;
+  r.work_share = run.work_share;
+  r.unread_bytes = run.unread_bytes;
   r.out_tag = out_tag;
   r.cost = cost;
   r.kernel = run.kernel;

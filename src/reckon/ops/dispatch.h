@@ -65,6 +65,9 @@ struct KernelRun {
   std::string impl;
   KernelAlgo algo = KernelAlgo::none;
   double lane_use = 1.0;
+  int64_t reorder_bytes = 0;
+  double work_share = 1.0;
+  int64_t unread_bytes = 0;
 };
 // Runs op `id`'s kernels from the table on device dev (dense inputs, allocated outputs).
 void run_kernels(int id, std::string_view op, Device dev, std::span<const Tensor> in, std::span<Tensor> out,

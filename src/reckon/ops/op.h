@@ -166,6 +166,24 @@ class KernelCtx {
   // line per family holds for layers of other widths.
   void note_lane_use(double share) { lane_use_ = share; }
   double lane_use() const { return lane_use_; }
+  // Bytes a kernel's own layout conversions move, read plus written (oneDNN's reorders of the
+  // weights into its blocked layout and back, of dy or x where a primitive wants another layout),
+  // noted while planning too. Their time depends on the bytes converted, not on the op's work:
+  // the ledger times them apart (DeviceSpec::reorder_bandwidth), where a line over the op's
+  // roofline had put resnet18_cifar's 512-channel 3x3 layers at batch 1 at a third of their time.
+  void note_reorder(int64_t bytes) { reorder_bytes_ += bytes; }
+  int64_t reorder_bytes() const { return reorder_bytes_; }
+  // The share of the op's counted MACs its kernel computes, and the bytes of its counted traffic
+  // it never reads: oneDNN's direct convolutions skip the taps on padding and the weights no
+  // output reads (conv_work_share, ops/conv.h). The wide time probe's 3x3 layers on 1x1 images
+  // compute a ninth of their MACs: counted in full, that line had timed resnet18_cifar's 4x4
+  // layers at a third of their time.
+  void note_work(double share, int64_t unread_bytes) {
+    work_share_ = share;
+    unread_bytes_ = unread_bytes;
+  }
+  double work_share() const { return work_share_; }
+  int64_t unread_bytes() const { return unread_bytes_; }
   // Elements of T per thread in a scratch buffer split between threads: n rounded up to whole
   // 64-byte cache lines (scratch is 64-byte aligned), so that no two threads write one line.
   // Without it, 2 threads each summing rows of 6 floats into neighbouring slices took 10x longer.
@@ -186,6 +204,9 @@ class KernelCtx {
   Mode mode_ = Mode::run;
   KernelAlgo algo_ = KernelAlgo::none;
   double lane_use_ = 1.0;
+  int64_t reorder_bytes_ = 0;
+  double work_share_ = 1.0;
+  int64_t unread_bytes_ = 0;
   std::string impl_;
   std::vector<Tensor> held_;
   int64_t macs_counted_ = 0;
@@ -247,6 +268,9 @@ struct OpRecord {
   DType autocast = DType::f32;  // the autocast dtype applied to the call (f32: none)
   KernelAlgo algo = KernelAlgo::none;
   double lane_use = 1.0;        // KernelCtx::lane_use
+  int64_t reorder_bytes = 0;    // KernelCtx::reorder_bytes
+  double work_share = 1.0;      // KernelCtx::work_share
+  int64_t unread_bytes = 0;     // KernelCtx::unread_bytes
   Tag out_tag = Tag::temporary; // the tag the outputs were allocated under
   Cost cost;
   std::string_view kernel;  // "cpu", "ref", "view", "none" (meta) or "plan" (meta, cpu kernel planned)

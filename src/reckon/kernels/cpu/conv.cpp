@@ -88,6 +88,17 @@ void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
   std::lock_guard<std::mutex> g(g_used_mu);
   ++used()[impl + " " + kind];
 }
+// oneDNN's direct kernels compute only the taps that read the input and fetch only the weights an
+// output reads there (KernelCtx::note_work; Winograd and gemm compute the padding's too):
+// weight_bytes, the weights the op's cost counts as read (0 where it writes them).
+void note_taps(KernelCtx& ctx, const std::string& impl, const Shape& x, const Shape& w, const Shape& y,
+               const ConvAttrs& a, int64_t weight_bytes) {
+  const double share = conv_work_share(impl, x, w, y, a);
+  if (share >= 1.0) return;
+  double taps = 1.0, weights = 1.0;
+  conv_tap_shares(x, w, y, a, taps, weights);
+  ctx.note_work(share, int64_t(double(weight_bytes) * (1.0 - weights)));
+}
 const std::string kSmallDirect = "reckon small_direct";
 const std::string kSmallDirectOutputLanes = "reckon small_direct o_lanes";  // conv_small::output_channel_lanes
 const std::string kSmallDirectImageLanes = "reckon small_direct n_lanes";  // conv_small::backward_input_image_lanes
@@ -173,7 +184,9 @@ Support check(const Tensor& t, const ConvGeo& g) {
 
 // Copies a primitive-layout result back into the user's plain tensor.
 void reorder_out(KernelCtx& ctx, const memory& from, const memory& user) {
-  if (ctx.planning() || from.get_desc() == user.get_desc()) return;
+  if (from.get_desc() == user.get_desc()) return;
+  ctx.note_reorder(int64_t(from.get_desc().get_size() + user.get_desc().get_size()));
+  if (ctx.planning()) return;
   dnnl::reorder(from, user).execute(stream(), const_cast<memory&>(from), const_cast<memory&>(user));
   stream().wait();
 }
@@ -227,6 +240,7 @@ Support Conv2d::cpu(KernelCtx& ctx, std::span<const Tensor> in, std::span<Tensor
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
   if (bias) args[DNNL_ARG_BIAS] = memory(plan->pd.bias_desc(), engine(), in[2].raw_data());
   ran(ctx, plan->impl, "fwd");
+  note_taps(ctx, plan->impl, x.shape(), w.shape(), y.shape(), a, w.nbytes());
   execute(ctx, plan->prim, plan->pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, ym, yu);
   return Support::yes();
@@ -274,6 +288,7 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     dxm = memory(plan->pd.diff_src_desc(), engine(), hdx.raw_data());
   }
   ran(ctx, plan->impl, "bwd_data");
+  note_taps(ctx, plan->impl, a.x_shape, w.shape(), dy.shape(), a.conv, w.nbytes());
   execute(ctx, plan->prim, plan->pd.scratchpad_desc(),
       {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
   reorder_out(ctx, dxm, dxu);
@@ -336,6 +351,7 @@ Support Conv2dBackwardWeight::cpu(KernelCtx& ctx, std::span<const Tensor> in, st
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   if (a.with_bias) args[DNNL_ARG_DIFF_BIAS] = memory(plan->pd.diff_bias_desc(), engine(), out[1].raw_data());
   ran(ctx, plan->impl, "bwd_weights");
+  note_taps(ctx, plan->impl, x.shape(), a.w_shape, dy.shape(), a.conv, 0);
   execute(ctx, plan->prim, plan->pd.scratchpad_desc(), std::move(args));
   reorder_out(ctx, dwm, dwu);
   return Support::yes();

@@ -66,6 +66,7 @@ dnnl::memory reorder_to(KernelCtx& ctx, const dnnl::memory& src, const dnnl::mem
                         Tensor& holder) {
   if (src.get_desc() == dst_desc) return src;
   holder = ctx.workspace(int64_t(dst_desc.get_size()));
+  ctx.note_reorder(int64_t(src.get_desc().get_size() + dst_desc.get_size()));
   dnnl::memory dst(dst_desc, engine(), holder.raw_data());
   if (ctx.planning()) return dst;  // the meta device: the buffer is requested, nothing is copied
   dnnl::memory s = src;
