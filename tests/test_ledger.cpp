@@ -893,8 +893,9 @@ TEST(TimeModel, ConvolutionsNoteTheirLayoutConversionsAndTheTapsTheySkip) {
   cost.bytes_written = 200;
   EXPECT_DOUBLE_EQ(device_flops(d, cost, KernelAlgo::direct, 1.0, 0.5), 2 * 500 + 10);
   EXPECT_DOUBLE_EQ(device_flops(device_spec("h100"), cost, KernelAlgo::direct, 1.0, 0.5), 2 * 1000 + 10);
-  EXPECT_DOUBLE_EQ(kernel_bytes(cost, 300), 700);
-  EXPECT_DOUBLE_EQ(kernel_bytes(cost, 5000), 0);
+  EXPECT_DOUBLE_EQ(kernel_bytes(d, cost, 300), 700);
+  EXPECT_DOUBLE_EQ(kernel_bytes(d, cost, 5000), 0);
+  EXPECT_DOUBLE_EQ(kernel_bytes(device_spec("h100"), cost, 300), 1000);
   EXPECT_GT(device_spec("cpu").reorder_bandwidth, 0.0) << "the calibration measured the conversions";
 }
 

@@ -21,9 +21,7 @@
 
 namespace reckon::engine {
 
-bool is_gemm_impl(std::string_view impl) {
-  return impl.rfind("gemm", 0) == 0 || impl.find(":gemm") != std::string_view::npos;
-}
+bool is_gemm_impl(std::string_view impl) { return conv_impl_is_gemm(impl); }
 
 namespace {
 using dnnl::memory;

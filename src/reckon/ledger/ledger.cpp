@@ -490,7 +490,7 @@ std::string time_family_of(const LedgerOp& r) { return time_family(r.name, r.imp
 
 OpTime time_of(const DeviceSpec& dev, const LedgerOp& r) {
   return op_time(dev, r.name, r.impl, op_precision(r), r.conv, op_flops(dev, r),
-                 kernel_bytes(r.cost, r.unread_bytes), r.in_place, working_set_of(r.phase, r.in_place),
+                 kernel_bytes(dev, r.cost, r.unread_bytes), r.in_place, working_set_of(r.phase, r.in_place),
                  double(r.reorder_bytes));
 }
 

@@ -210,7 +210,8 @@ std::string format_ledger(const Ledger& l) {
 
   // ---- time ----
   line(fmt::format("time per step: each op max(FLOPs / peak, bytes / bandwidth), the roofline, on its op family's "
-                   "calibrated line (fixed cost + scale x roofline; the GPUs: the roofline + a per-op overhead); {}",
+                   "calibrated line (fixed cost + scale x roofline, + its layout conversions; the GPUs: the roofline "
+                   "+ a per-op overhead); {}",
                    l.config.precision));
   const bool run = l.config.dataset_size > 0;
   line(fmt::format("  {:<10} {:>12} {:>10} {:>7} {:>10} {:>9} {:>9} {:>9} {:>10} {:>8}  {}", "device", "peak TFLOP/s",

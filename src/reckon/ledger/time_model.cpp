@@ -95,8 +95,9 @@ double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double 
   return algo == KernelAlgo::winograd ? f / d.winograd_speedup : f;
 }
 
-double kernel_bytes(const Cost& c, int64_t unread_bytes) {
-  return std::max(0.0, double(c.bytes_read + c.bytes_written) - double(std::max<int64_t>(0, unread_bytes)));
+double kernel_bytes(const DeviceSpec& d, const Cost& c, int64_t unread_bytes) {
+  const double skipped = d.name == "cpu" ? double(std::max<int64_t>(0, unread_bytes)) : 0.0;
+  return std::max(0.0, double(c.bytes_read + c.bytes_written) - skipped);
 }
 
 bool reads_what_it_writes(int op, uint32_t aliases, size_t outputs) {
@@ -354,7 +355,7 @@ void probe_model(const DeviceSpec& d, nn::Module& model, const Shape& x_shape, D
           s.shape = conv_shape(r.op, r.in_shapes, r.out_shapes);
           const bool in_place = reads_what_it_writes(r.op_id, r.aliases, r.out_shapes.size());
           s.roofline_s = roofline_s(d, device_flops(d, r.cost, r.algo, r.lane_use, r.work_share),
-                                    kernel_bytes(r.cost, r.unread_bytes), s.precision, in_place,
+                                    kernel_bytes(d, r.cost, r.unread_bytes), s.precision, in_place,
                                     working_set_of(r.phase, in_place));
           samples.push_back(std::move(s));
           best.push_back(1e30);

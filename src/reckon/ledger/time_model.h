@@ -52,9 +52,9 @@ std::string compute_precision(std::span<const DType> inputs);
 // direct convolutions skip the taps on padding) that share of them.
 double device_flops(const DeviceSpec& d, const Cost& c, KernelAlgo algo, double lane_use = 1.0,
                     double work_share = 1.0);
-// The bytes an op's kernel moves: its counted traffic less what it never reads
-// (KernelCtx::unread_bytes), at least 0.
-double kernel_bytes(const Cost& c, int64_t unread_bytes);
+// The bytes an op's kernel moves on a device: its counted traffic, on the calibrated cpu less what
+// its kernel never reads (KernelCtx::unread_bytes; as device_flops takes work_share), at least 0.
+double kernel_bytes(const DeviceSpec& d, const Cost& c, int64_t unread_bytes);
 // Whether a call of op `op` (its id, ops/op_list.h) streams in place: every output is an input it
 // writes in place (aliases: bit i for output i), after reading it (an optimizer's update, add_; not
 // fill_ nor copy_, OpInfo::overwrites, which fetch the lines they overwrite as an out-of-place op

@@ -67,6 +67,9 @@ void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvA
 // backward: oneDNN's direct kernels skip the taps on padding (conv_tap_shares' taps); Winograd
 // transforms whole padded tiles and gemm multiplies im2col's zeros (1).
 double conv_work_share(std::string_view impl, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a);
+// Whether a oneDNN implementation name is a gemm's ("gemm:jit", "x64:gemm_s8u8s32:jit"; not
+// "brgemm" nor "brgconv").
+bool conv_impl_is_gemm(std::string_view impl);
 
 // An image's first convolution, of few channels: at most 3 input channels and 16 outputs, groups 1,
 // stride 1, dilation 1 (LeNet-5's 1 -> 6 and TinyCNN's 1 -> 16). Low precision buys nothing there:

@@ -259,6 +259,8 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
     ran(ctx, conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv) ? kSmallDirectImageLanes : kSmallDirect,
         "bwd_data");
     ctx.note_lane_use(conv_small::backward_input_lane_use(a.x_shape, w.shape(), a.conv));
+    if (conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv))  // sums only the taps inside
+      note_taps(ctx, kSmallDirectImageLanes, a.x_shape, w.shape(), dy.shape(), a.conv, 0);
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
     return Support::yes();
   }

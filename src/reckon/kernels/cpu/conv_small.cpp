@@ -577,7 +577,7 @@ void transpose_out(const float* src, int cols, float* dst, int64_t ds, int rows)
 // Here each dx pixel sums exactly the taps that reach it, each tap one load of dy (16 images) and
 // one multiply-add per input channel with the weight broadcast: nothing idles but the lanes of
 // a last, partial group. dy and dx are transposed to and from [plane][16 images] per group.
-// dxT(c, ih, iw) += sum over o and the (kh, kw) with oh = ih + ph - kh, ow = iw + pw - kw inside dy
+// dxT(c, ih, iw) = sum over o and the (kh, kw) with oh = ih + ph - kh, ow = iw + pw - kw inside dy
 // of wT[o][kh][kw][c] * dyT(o, oh, ow); CB channels from c0.
 template <int CB>
 void pixel_image_lanes(const Geo& g, const float* dyT, const float* wT, int64_t c0, int64_t ih, int64_t iw, float* dxT) {
@@ -620,8 +620,9 @@ void backward_input_in_image_lanes(KernelCtx& ctx, const Geo& g, const Tensor& d
   const int64_t dy_img = g.O * g.HO * g.WO, dx_img = g.C * g.H * g.W, taps = g.C * g.KH * g.KW;
   const int64_t per = 16 * (dy_img + dx_img), groups = (g.N + 15) / 16;
   float* wT = ctx.scratch<float>(g.O * taps);
-  float* bufs = ctx.scratch<float>(T * per);
+  const Tensor held = ctx.workspace(T * per * int64_t(sizeof(float)));  // every float written before it is read
   if (ctx.planning()) return;
+  float* bufs = static_cast<float*>(held.raw_data());
   const float *pdy = dy.data<float>(), *pw = w.data<float>();
   float* pdx = dx.data<float>();
   for (int64_t o = 0; o < g.O; ++o)  // w[o][c][kh][kw] -> wT[o][kh][kw][c]

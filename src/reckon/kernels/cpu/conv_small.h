@@ -25,10 +25,11 @@ constexpr int64_t kImageLanesMaxFloats = 8192;
 bool backward_input_image_lanes(const Shape& x, const Shape& w, const ConvAttrs& a);
 // The share of the 16 vector lanes each pass's multiply-adds fill (KernelCtx::note_lane_use):
 // rows of the output (forward, backward weight: WO values in ceil(WO / 16) vectors), of dx
-// (backward data: every kernel row that reaches it, WO taps' worth of work in a row of W), or
-// the output channels (the o_lanes passes: O of 16), or the images (n_lanes: N of 16 a group).
-// LeNet-5's conv2: forward and backward weight 16 of 16, backward data by rows 10 of 16; the probe's 6 -> 12 layer on 11 x 11 images 12 of
-// 16 and 7 of 16, so one line per family no longer carries the lanes a layer's width idles.
+// (backward data: every kernel row that reaches it, WO taps' worth of work in a row of W), the
+// output channels (the o_lanes passes: O of 16), or the images (n_lanes: N of 16 a group).
+// LeNet-5's conv2: forward and backward weight 16 of 16, backward data by rows 10 of 16; the
+// probe's 6 -> 12 layer on 11 x 11 images 12 of 16 and 7 of 16, so one line per family no longer
+// carries the lanes a layer's width idles.
 double forward_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
 double backward_input_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
 double backward_weight_lane_use(const Shape& x, const Shape& w, const ConvAttrs& a);
