@@ -824,9 +824,9 @@ TEST(TimeModel, OnlyDirectConvolutionsAreTimedOnTheTapsInsideTheInput) {
   // memory-bound: 1 MB moved, half of it weights, a quarter of those read
   EXPECT_DOUBLE_EQ(roofline("jit:avx512_core", 10, 1000000), (1e6 - 0.75 * 5e5) / 1e10);
   EXPECT_DOUBLE_EQ(roofline("x64:gemm:jit", 10, 1000000), 1e6 / 1e10);
-  EXPECT_TRUE(engine::is_gemm_impl("gemm:jit"));
-  EXPECT_FALSE(engine::is_gemm_impl("brgemm:avx512_core"));
-  EXPECT_FALSE(engine::is_gemm_impl("brgconv_1x1:avx512_core_vnni"));
+  EXPECT_TRUE(conv_impl_is_gemm("gemm:jit"));
+  EXPECT_FALSE(conv_impl_is_gemm("brgemm:avx512_core"));
+  EXPECT_FALSE(conv_impl_is_gemm("brgconv_1x1:avx512_core_vnni"));
 }
 
 // A oneDNN convolution of a training step says what its own layout conversions move (the weights

@@ -21,8 +21,6 @@
 
 namespace reckon::engine {
 
-bool is_gemm_impl(std::string_view impl) { return conv_impl_is_gemm(impl); }
-
 namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
@@ -424,7 +422,7 @@ struct Engine::Impl {
     std::optional<dnnl::convolution_forward::primitive_desc> pd;
     const auto any_src = [&] { return make(memory::desc(dims_of(xs), f, tag::any)); };
     const auto is_ref = [](const auto& p) { return std::string(p.impl_info_str()).rfind("ref", 0) == 0; };
-    const auto is_gemm = [](const auto& p) { return is_gemm_impl(p.impl_info_str()); };
+    const auto is_gemm = [](const auto& p) { return conv_impl_is_gemm(p.impl_info_str()); };
     // (A 1x1 convolution on NCHW is a plain matrix product under gemm: kept, no reorder.)
     const bool pointwise = ws[2] == 1 && ws[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1;
     if (opt.blocked_layouts && xv.md.data.format_kind == dnnl_blocked) {

@@ -37,11 +37,6 @@ struct EngineOptions {
   bool blocked_layouts = true;
 };
 
-// Whether a oneDNN implementation name is its gemm-based convolution ("x64:gemm:jit",
-// "x64:gemm_s8u8s32:jit", "gemm:jit"), not brgemm: im2col and a matrix product over every tap,
-// padding included.
-bool is_gemm_impl(std::string_view impl);
-
 // One step of the compiled program, as the deployment ledger prints it.
 struct StepInfo {
   std::string name;       // the layer (module scope) it computes, or what a reorder is for

@@ -69,7 +69,7 @@ EngineStepTime engine_step_time(const DeviceSpec& d, const engine::StepInfo& s) 
   // im2col matrix's zeros and reckon's own kernels (kind "direct") the padding's, so those
   // compute them all.
   const bool wino = s.impl.find("wino") != std::string::npos;
-  const bool skips_padding = s.kind == "onednn" && !wino && !engine::is_gemm_impl(s.impl);
+  const bool skips_padding = s.kind == "onednn" && conv_impl_skips_padding(s.impl);
   const double macs = double(s.cost.macs) * (skips_padding ? s.conv_tap_share : 1.0);
   double flops = 2 * macs + double(s.cost.flops);
   if (wino && d.winograd_speedup > 0)

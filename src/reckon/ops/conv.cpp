@@ -34,13 +34,8 @@ bool conv_impl_is_gemm(std::string_view impl) {
   return impl.rfind("gemm", 0) == 0 || impl.find(":gemm") != std::string_view::npos;
 }
 
-double conv_work_share(std::string_view impl, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
-  if (impl.find("wino") != std::string_view::npos || conv_impl_is_gemm(impl) || x.size() != 4 || w.size() != 4 ||
-      y.size() != 4)
-    return 1.0;
-  double taps = 1.0, weights = 1.0;
-  conv_tap_shares(x, w, y, a, taps, weights);
-  return taps;
+bool conv_impl_skips_padding(std::string_view impl) {
+  return impl.find("wino") == std::string_view::npos && !conv_impl_is_gemm(impl);
 }
 
 bool few_channel_first_layer(const Shape& x, const Shape& w, const ConvAttrs& a) {

@@ -63,13 +63,14 @@ int64_t conv_out_size(std::string_view op, int64_t in, int64_t k, int64_t stride
 // resnet18_cifar's 3x3 layers of stride 1 on 4x4 images read (10/12)^2 of their taps, the wide
 // time probe's on 1x1 images 1/9, and 1/9 of their weights.
 void conv_tap_shares(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, double& taps, double& weights);
-// The share of its counted MACs a convolution's kernel `impl` (oneDNN's name) computes, forward or
-// backward: oneDNN's direct kernels skip the taps on padding (conv_tap_shares' taps); Winograd
-// transforms whole padded tiles and gemm multiplies im2col's zeros (1).
-double conv_work_share(std::string_view impl, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a);
-// Whether a oneDNN implementation name is a gemm's ("gemm:jit", "x64:gemm_s8u8s32:jit"; not
-// "brgemm" nor "brgconv").
+// Whether a oneDNN implementation name is its gemm-based convolution ("x64:gemm:jit",
+// "x64:gemm_s8u8s32:jit", "gemm:jit"), not brgemm nor brgconv: im2col and a matrix product over
+// every tap, padding included.
 bool conv_impl_is_gemm(std::string_view impl);
+// Whether a convolution's kernel `impl` (oneDNN's name, or reckon's own) computes only the taps
+// that read the input (conv_tap_shares' taps), forward or backward, as oneDNN's direct kernels do;
+// Winograd transforms whole padded tiles and gemm multiplies im2col's zeros.
+bool conv_impl_skips_padding(std::string_view impl);
 
 // An image's first convolution, of few channels: at most 3 input channels and 16 outputs, groups 1,
 // stride 1, dilation 1 (LeNet-5's 1 -> 6 and TinyCNN's 1 -> 16). Low precision buys nothing there:

@@ -175,9 +175,9 @@ class KernelCtx {
   int64_t reorder_bytes() const { return reorder_bytes_; }
   // The share of the op's counted MACs its kernel computes, and the bytes of its counted traffic
   // it never reads: oneDNN's direct convolutions skip the taps on padding and the weights no
-  // output reads (conv_work_share, ops/conv.h). The wide time probe's 3x3 layers on 1x1 images
-  // compute a ninth of their MACs: counted in full, that line had timed resnet18_cifar's 4x4
-  // layers at a third of their time.
+  // output reads (conv_impl_skips_padding, conv_tap_shares: ops/conv.h). The wide time probe's
+  // 3x3 layers on 1x1 images compute a ninth of their MACs: counted in full, that line had timed
+  // resnet18_cifar's 4x4 layers at a third of their time.
   void note_work(double share, int64_t unread_bytes) {
     work_share_ = share;
     unread_bytes_ = unread_bytes;

@@ -93,11 +93,10 @@ void ran(KernelCtx& ctx, const std::string& impl, const char* kind) {
 // weight_bytes, the weights the op's cost counts as read (0 where it writes them).
 void note_taps(KernelCtx& ctx, const std::string& impl, const Shape& x, const Shape& w, const Shape& y,
                const ConvAttrs& a, int64_t weight_bytes) {
-  const double share = conv_work_share(impl, x, w, y, a);
-  if (share >= 1.0) return;
+  if (!conv_impl_skips_padding(impl) || x.size() != 4 || w.size() != 4 || y.size() != 4) return;
   double taps = 1.0, weights = 1.0;
   conv_tap_shares(x, w, y, a, taps, weights);
-  ctx.note_work(share, int64_t(double(weight_bytes) * (1.0 - weights)));
+  if (taps < 1.0) ctx.note_work(taps, int64_t(double(weight_bytes) * (1.0 - weights)));
 }
 const std::string kSmallDirect = "reckon small_direct";
 const std::string kSmallDirectOutputLanes = "reckon small_direct o_lanes";  // conv_small::output_channel_lanes
@@ -256,10 +255,10 @@ Support Conv2dBackwardInput::cpu(KernelCtx& ctx, std::span<const Tensor> in, std
   if (dy.dtype() == DType::bf16 && conv_small::first_layer(a.x_shape, w.shape(), a.conv))
     return run_in_f32(ctx, in, out, [&](std::span<const Tensor> i, std::span<Tensor> o) { return cpu(ctx, i, o, a); });
   if (conv_small::applies(a.x_shape, w.shape(), a.conv, dy.dtype())) {
-    ran(ctx, conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv) ? kSmallDirectImageLanes : kSmallDirect,
-        "bwd_data");
+    const bool image_lanes = conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv);
+    ran(ctx, image_lanes ? kSmallDirectImageLanes : kSmallDirect, "bwd_data");
     ctx.note_lane_use(conv_small::backward_input_lane_use(a.x_shape, w.shape(), a.conv));
-    if (conv_small::backward_input_image_lanes(a.x_shape, w.shape(), a.conv))  // sums only the taps inside
+    if (image_lanes)  // sums only the taps inside
       note_taps(ctx, kSmallDirectImageLanes, a.x_shape, w.shape(), dy.shape(), a.conv, 0);
     conv_small::backward_input(ctx, dy, w, dx, a.conv);
     return Support::yes();
